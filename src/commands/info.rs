@@ -1,0 +1,52 @@
+//! `DLOCK.INFO key`
+//!
+//! Read-only introspection of a lock.
+//!
+//! Replies: null when the key does not exist; otherwise field/value pairs (a
+//! map in RESP3, a flat array in RESP2):
+//! * `owner`: bulk string, or null when not held;
+//! * `holds`: integer re-entry count, 0 when not held;
+//! * `token`: integer fencing token of the current hold, 0 when not held;
+//! * `pttl`: integer milliseconds left on the lease, -1 when not held;
+//! * `waiting`: integer length of the wait queue.
+//!
+//! Errors: arity, `ERR syntax error` for extra arguments, `WRONGTYPE`.
+
+use super::parser::{ArgCursor, ArgSource};
+use super::{CommandError, CommandResult};
+use crate::clock;
+use crate::redis::{Argv, Ctx};
+
+/// Command entry: `DLOCK.INFO key`.
+pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
+    if args.count() < 2 {
+        return Err(CommandError::WrongArity);
+    }
+    ArgCursor::starting_at(args, 2).finish()?;
+    let name = args.key(1).ok_or(CommandError::WrongArity)?;
+    let key = ctx.open_lock(name, false)?;
+    let Some(lock) = key.lock() else {
+        ctx.reply_null();
+        return Ok(());
+    };
+    let now_ms = clock::now_ms();
+    let hold = lock.live_hold(now_ms);
+    ctx.reply_map(5);
+    ctx.reply_bulk(b"owner");
+    match hold {
+        Some(hold) => ctx.reply_bulk(&hold.owner),
+        None => ctx.reply_null(),
+    }
+    ctx.reply_bulk(b"holds");
+    ctx.reply_count(hold.map_or(0, |hold| hold.holds));
+    ctx.reply_bulk(b"token");
+    ctx.reply_count(hold.map_or(0, |hold| hold.token));
+    ctx.reply_bulk(b"pttl");
+    match hold {
+        Some(hold) => ctx.reply_count(hold.remaining_ms(now_ms)),
+        None => ctx.reply_integer(-1),
+    }
+    ctx.reply_bulk(b"waiting");
+    ctx.reply_integer(0);
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! `DLOCK.RENEW key owner ttl`
+//!
+//! Resets the lease of `owner`'s hold to `ttl` milliseconds from now; the
+//! hold count is unchanged.
+//!
+//! Replies: the hold's fencing token as an integer.
+//!
+//! Errors: `NOTOWNER` when the lock is free, expired or held by another owner
+//! (nothing changes), arity, `ERR invalid ttl`, `ERR invalid owner`,
+//! `ERR syntax error`, `WRONGTYPE`.
+
+use super::parser::{parse_owner, ArgCursor, ArgSource};
+use super::{commit, CommandError, CommandResult};
+use crate::clock;
+use crate::redis::{Argv, Ctx, KeyName};
+
+/// A parsed DLOCK.RENEW.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renew<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: u64,
+}
+
+impl<'a> Renew<'a> {
+    pub fn parse(args: impl ArgSource<'a>) -> Result<Self, CommandError> {
+        if args.count() < 4 {
+            return Err(CommandError::WrongArity);
+        }
+        let mut cursor = ArgCursor::starting_at(args, 2);
+        let owner = cursor.required()?;
+        parse_owner(owner)?;
+        let ttl_ms = cursor.ttl()?;
+        cursor.finish()?;
+        Ok(Self { owner, ttl_ms })
+    }
+
+    pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
+        let mut key = ctx.open_lock(name, true)?;
+        let now_ms = clock::now_ms();
+        let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
+        let token = lock
+            .renew(self.owner, self.ttl_ms, now_ms)
+            .map_err(|_| CommandError::NotOwner)?;
+        commit(ctx, name, &mut key, now_ms);
+        ctx.reply_count(token);
+        Ok(())
+    }
+}
+
+/// Command entry: `DLOCK.RENEW key owner ttl`.
+pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
+    let request = Renew::parse(args)?;
+    let name = args.key(1).ok_or(CommandError::WrongArity)?;
+    request.apply(ctx, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_owner_and_ttl() {
+        let ok: &[&[u8]] = &[b"DLOCK.RENEW", b"k", b"me", b"50"];
+        assert_eq!(
+            Renew::parse(ok),
+            Ok(Renew {
+                owner: b"me",
+                ttl_ms: 50
+            })
+        );
+        let bad_ttl: &[&[u8]] = &[b"DLOCK.RENEW", b"k", b"me", b"-5"];
+        assert_eq!(Renew::parse(bad_ttl), Err(CommandError::InvalidTtl));
+        let short: &[&[u8]] = &[b"DLOCK.RENEW", b"k", b"me"];
+        assert_eq!(Renew::parse(short), Err(CommandError::WrongArity));
+    }
+}

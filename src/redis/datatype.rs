@@ -1,0 +1,251 @@
+//! The lock's native data type: RDB save/load, AOF rewrite, digest, memory
+//! usage, copy, free, and the RDB aux field that persists the token counter.
+//!
+//! RDB encoding version 1 of a lock value:
+//!   unsigned  1 if a hold follows, 0 if not
+//!   [buffer   owner (1..=512 bytes)
+//!    unsigned holds (>= 1)
+//!    unsigned token (1..=i64::MAX)
+//!    unsigned lease deadline, ms since the epoch]
+//!   unsigned  number of queued reservations, then that many
+//!             (buffer owner, unsigned deadline) pairs; always 0 in this version
+//!
+//! Aux data (before the keyspace), encoding version 1:
+//!   unsigned  last fencing token issued
+
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use super::ffi::api;
+use super::tokens;
+use crate::lock::{Hold, Lock, MAX_OWNER_LEN, MAX_TOKEN};
+
+/// The type name shown by TYPE; exactly 9 characters, as Redis requires.
+pub const TYPE_NAME: &str = "dlocklock";
+/// Current RDB encoding version of lock values and of the aux field.
+pub const ENCODING_VERSION: i32 = 1;
+/// More reservations than this in one value is a corrupt payload.
+const MAX_STORED_RESERVATIONS: u64 = 1 << 32;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    TYPE_NAME,
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// Runs a callback body, turning a panic into `fallback` (a panic unwinding
+/// into Redis would abort the server).
+fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// Borrows the lock behind a value pointer Redis handed to a type callback.
+///
+/// # Safety
+/// `value` must be null or a pointer produced by `Box::<Lock>::into_raw` that
+/// Redis still owns.
+unsafe fn lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
+    // SAFETY: guaranteed by the caller.
+    unsafe { value.cast::<Lock>().as_ref() }
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: Redis passes a value of this type.
+        let Some(lock) = (unsafe { lock_ref(value) }) else {
+            return;
+        };
+        match lock.stored_hold() {
+            Some(hold) => {
+                raw::save_unsigned(rdb, 1);
+                raw::save_slice(rdb, &hold.owner);
+                raw::save_unsigned(rdb, hold.holds);
+                raw::save_unsigned(rdb, hold.token);
+                raw::save_unsigned(rdb, hold.deadline_ms);
+            }
+            None => raw::save_unsigned(rdb, 0),
+        }
+        raw::save_unsigned(rdb, 0);
+    })
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        if encver != ENCODING_VERSION {
+            return std::ptr::null_mut();
+        }
+        match load_lock(rdb) {
+            Some(lock) => {
+                if let Some(hold) = lock.stored_hold() {
+                    tokens::observe(hold.token);
+                }
+                Box::into_raw(Box::new(lock)).cast::<c_void>()
+            }
+            // Null makes Redis reject the payload (RESTORE fails, a load stops
+            // with an error) instead of storing a corrupt lock.
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+/// Reads and validates one lock value; `None` for a truncated or corrupt payload.
+fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
+    let has_hold = raw::load_unsigned(rdb).ok()?;
+    let lock = match has_hold {
+        0 => Lock::new(),
+        1 => {
+            let owner = raw::load_string_buffer(rdb).ok()?;
+            let owner = owner.as_ref();
+            let holds = raw::load_unsigned(rdb).ok()?;
+            let token = raw::load_unsigned(rdb).ok()?;
+            let deadline_ms = raw::load_unsigned(rdb).ok()?;
+            let valid = !owner.is_empty()
+                && owner.len() <= MAX_OWNER_LEN
+                && holds >= 1
+                && (1..=MAX_TOKEN).contains(&token)
+                && deadline_ms <= i64::MAX as u64;
+            if !valid {
+                return None;
+            }
+            Lock::with_hold(Hold {
+                owner: owner.into(),
+                holds,
+                token,
+                deadline_ms,
+            })
+        }
+        _ => return None,
+    };
+    let reservations = raw::load_unsigned(rdb).ok()?;
+    if reservations > MAX_STORED_RESERVATIONS {
+        return None;
+    }
+    // Version 1 never writes reservations; skip any so a later writer's
+    // payload of this version still loads the hold.
+    for _ in 0..reservations {
+        raw::load_string_buffer(rdb).ok()?;
+        raw::load_unsigned(rdb).ok()?;
+    }
+    if raw::is_io_error(rdb) {
+        return None;
+    }
+    Some(lock)
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guarded((), || {
+        // SAFETY: Redis passes a value of this type.
+        let Some(hold) = (unsafe { lock_ref(value) }).and_then(Lock::stored_hold) else {
+            return;
+        };
+        // Redis appends PEXPIREAT with the key's deadline after this command.
+        api!(RedisModule_EmitAOF(
+            aof,
+            c"DLOCK.SETSTATE".as_ptr(),
+            c"sblll".as_ptr(),
+            key,
+            hold.owner.as_ptr().cast::<c_char>(),
+            hold.owner.len(),
+            hold.holds as c_longlong,
+            hold.token as c_longlong,
+            hold.deadline_ms as c_longlong,
+        ) else ());
+    })
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guarded(0, || {
+        // SAFETY: Redis passes a value of this type.
+        let lock = unsafe { lock_ref(value.cast_mut()) };
+        let owner = lock
+            .and_then(Lock::stored_hold)
+            .map_or(0, |hold| hold.owner.len());
+        std::mem::size_of::<Lock>() + owner
+    })
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: Redis passes a value of this type.
+        let Some(hold) = (unsafe { lock_ref(value) }).and_then(Lock::stored_hold) else {
+            return;
+        };
+        api!(RedisModule_DigestAddStringBuffer(md, hold.owner.as_ptr().cast::<c_char>(), hold.owner.len()) else ());
+        for number in [hold.holds, hold.token, hold.deadline_ms] {
+            api!(RedisModule_DigestAddLongLong(md, number as c_longlong) else ());
+        }
+        api!(RedisModule_DigestEndSequence(md) else ());
+    })
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    if value.is_null() {
+        return;
+    }
+    // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
+    // Redis calls free exactly once, when it drops the value.
+    drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+}
+
+unsafe extern "C" fn copy(
+    _from_key: *mut raw::RedisModuleString,
+    _to_key: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        // SAFETY: Redis passes a value of this type.
+        match unsafe { lock_ref(value.cast_mut()) } {
+            Some(lock) => Box::into_raw(Box::new(lock.clone())).cast::<c_void>(),
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    guarded((), || {
+        if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            raw::save_unsigned(rdb, tokens::last());
+        }
+    })
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
+    guarded(raw::REDISMODULE_ERR as c_int, || {
+        if encver != ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        match raw::load_unsigned(rdb) {
+            Ok(last) if last <= MAX_TOKEN => {
+                tokens::observe(last);
+                raw::REDISMODULE_OK as c_int
+            }
+            _ => raw::REDISMODULE_ERR as c_int,
+        }
+    })
+}

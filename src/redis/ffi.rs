@@ -1,0 +1,294 @@
+//! Safe wrappers over the raw Redis module API used on the command path.
+//!
+//! Every function pointer in `redis_module::raw` is an `Option` that Redis
+//! fills in when the module loads. All the ones used here exist since Redis
+//! 6.2; a missing one would mean an incompatible server, and the wrappers
+//! then do nothing rather than panic (a panic would abort the server).
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_long, c_longlong, c_void};
+
+use redis_module::raw;
+
+use super::datatype::LOCK_TYPE;
+use crate::commands::parser::ArgSource;
+use crate::commands::CommandError;
+use crate::lock::{Hold, Lock};
+
+/// Calls a Redis API function pointer, or evaluates `$missing` if the server
+/// did not provide it.
+macro_rules! api {
+    ($name:ident ( $($arg:expr),* $(,)? ) else $missing:expr) => {{
+        // SAFETY: Redis writes these pointers once, in RedisModule_Init on the
+        // main thread before any callback; afterwards they are only read.
+        let function = unsafe { raw::$name };
+        match function {
+            // SAFETY: the pointer was filled in by Redis for this API; the
+            // arguments are the live handles each wrapper documents.
+            Some(function) => unsafe { function($($arg),*) },
+            None => $missing,
+        }
+    }};
+}
+pub(crate) use api;
+
+/// The context of one command call (or callback) on Redis's main thread.
+#[derive(Clone, Copy)]
+pub struct Ctx {
+    raw: *mut raw::RedisModuleCtx,
+}
+
+impl Ctx {
+    /// Wraps the context pointer Redis passed to a callback.
+    pub(crate) fn from_raw(raw: *mut raw::RedisModuleCtx) -> Self {
+        Self { raw }
+    }
+
+
+    pub fn reply_integer(self, value: i64) {
+        api!(RedisModule_ReplyWithLongLong(self.raw, value as c_longlong) else 0);
+    }
+
+    /// Replies with a non-negative quantity, clamped to the RESP integer range.
+    pub fn reply_count(self, value: u64) {
+        self.reply_integer(i64::try_from(value).unwrap_or(i64::MAX));
+    }
+
+    pub fn reply_ok(self) {
+        api!(RedisModule_ReplyWithSimpleString(self.raw, c"OK".as_ptr()) else 0);
+    }
+
+    pub fn reply_null(self) {
+        api!(RedisModule_ReplyWithNull(self.raw) else 0);
+    }
+
+    pub fn reply_array(self, len: usize) {
+        api!(RedisModule_ReplyWithArray(self.raw, len as c_long) else 0);
+    }
+
+    /// A map of `pairs` field/value pairs in RESP3, a flat array in RESP2.
+    pub fn reply_map(self, pairs: usize) {
+        api!(RedisModule_ReplyWithMap(self.raw, pairs as c_long) else 0);
+    }
+
+    pub fn reply_bulk(self, bytes: &[u8]) {
+        api!(RedisModule_ReplyWithStringBuffer(
+            self.raw,
+            bytes.as_ptr().cast::<c_char>(),
+            bytes.len()
+        ) else 0);
+    }
+
+    pub fn reply_error(self, message: &CStr) {
+        api!(RedisModule_ReplyWithError(self.raw, message.as_ptr()) else 0);
+    }
+
+    pub fn reply_command_error(self, error: CommandError) {
+        match error {
+            CommandError::WrongArity => {
+                api!(RedisModule_WrongArity(self.raw) else 0);
+            }
+            other => self.reply_error(other.message()),
+        }
+    }
+
+    /// The `REDISMODULE_CTX_FLAGS_*` bits of this call.
+    pub fn flags(self) -> u32 {
+        api!(RedisModule_GetContextFlags(self.raw) else 0) as u32
+    }
+
+    /// Whether this call comes from a master's replication stream or the AOF.
+    pub fn is_replicated_or_loading(self) -> bool {
+        let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+        self.flags() & trusted != 0
+    }
+
+    /// Opens a lock key. Fails with WRONGTYPE when the key holds another type.
+    pub fn open_lock(self, name: KeyName, writable: bool) -> Result<LockKey, CommandError> {
+        let mode = if writable {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        let key = api!(RedisModule_OpenKey(self.raw, name.raw, mode as c_int) else std::ptr::null_mut());
+        if key.is_null() {
+            // Read-only opening of a missing key returns NULL on old servers.
+            return Ok(LockKey { raw: key });
+        }
+        let key = LockKey { raw: key };
+        let key_type = api!(RedisModule_KeyType(key.raw) else 0) as isize;
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as isize {
+            return Ok(key);
+        }
+        let module_type = api!(RedisModule_ModuleTypeGetType(key.raw) else std::ptr::null_mut());
+        if key_type == raw::REDISMODULE_KEYTYPE_MODULE as isize && module_type == lock_type() {
+            Ok(key)
+        } else {
+            Err(CommandError::WrongType)
+        }
+    }
+
+    /// Propagates `DLOCK.SETSTATE key owner holds token deadline` to replicas and the AOF.
+    pub fn replicate_hold(self, name: KeyName, hold: &Hold) {
+        api!(RedisModule_Replicate(
+            self.raw,
+            c"DLOCK.SETSTATE".as_ptr(),
+            c"sblll".as_ptr(),
+            name.raw,
+            hold.owner.as_ptr().cast::<c_char>(),
+            hold.owner.len(),
+            to_long_long(hold.holds),
+            to_long_long(hold.token),
+            to_long_long(hold.deadline_ms),
+        ) else 0);
+    }
+
+    /// Propagates `DEL key` to replicas and the AOF.
+    pub fn replicate_delete(self, name: KeyName) {
+        api!(RedisModule_Replicate(self.raw, c"DEL".as_ptr(), c"s".as_ptr(), name.raw) else 0);
+    }
+}
+
+fn to_long_long(value: u64) -> c_longlong {
+    c_longlong::try_from(value).unwrap_or(c_longlong::MAX)
+}
+
+/// The registered lock type, or null before registration.
+fn lock_type() -> *mut raw::RedisModuleType {
+    LOCK_TYPE
+        .raw_type
+        .try_borrow()
+        .map(|raw_type| *raw_type)
+        .unwrap_or(std::ptr::null_mut())
+}
+
+/// A key name argument, borrowed from the command's argv.
+#[derive(Clone, Copy)]
+pub struct KeyName {
+    raw: *mut raw::RedisModuleString,
+}
+
+/// A command's arguments, borrowed from Redis for the duration of the call.
+pub struct Argv<'a> {
+    argv: &'a [*mut raw::RedisModuleString],
+}
+
+impl<'a> Argv<'a> {
+    /// Wraps the argv Redis passed to a command.
+    ///
+    /// # Safety
+    /// `argv` must point to `argc` valid strings that outlive `'a`.
+    pub(crate) unsafe fn from_raw(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
+        let len = usize::try_from(argc).unwrap_or(0);
+        let argv = if argv.is_null() || len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: guaranteed by the caller.
+            unsafe { std::slice::from_raw_parts(argv, len) }
+        };
+        Self { argv }
+    }
+
+    /// The argument at `index` as a key name.
+    pub fn key(&self, index: usize) -> Option<KeyName> {
+        self.argv.get(index).map(|&raw| KeyName { raw })
+    }
+}
+
+impl<'a> ArgSource<'a> for &Argv<'a> {
+    fn count(&self) -> usize {
+        self.argv.len()
+    }
+
+    fn bytes(&self, index: usize) -> &'a [u8] {
+        match self.argv.get(index) {
+            Some(&string) => string_bytes(string),
+            None => &[],
+        }
+    }
+}
+
+/// The bytes of a Redis string that outlives `'a`.
+fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
+    let mut len: usize = 0;
+    let ptr = api!(RedisModule_StringPtrLen(string, &mut len) else std::ptr::null());
+    if ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: Redis returns a pointer to `len` bytes owned by the string,
+    // which lives as long as the argv it came from.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+}
+
+/// An open key known to be empty or to hold a lock. Closed on drop.
+pub struct LockKey {
+    raw: *mut raw::RedisModuleKey,
+}
+
+impl LockKey {
+    /// The lock stored in the key, if any.
+    pub fn lock(&self) -> Option<&Lock> {
+        self.value().map(|value| {
+            // SAFETY: open_lock verified the key holds our type, whose values
+            // are always `Box<Lock>` pointers; the key is open while `self` lives.
+            unsafe { &*value }
+        })
+    }
+
+    /// The lock stored in the key, mutably.
+    pub fn lock_mut(&mut self) -> Option<&mut Lock> {
+        self.value().map(|value| {
+            // SAFETY: as in `lock`; `&mut self` makes this the only borrow.
+            unsafe { &mut *value }
+        })
+    }
+
+    fn value(&self) -> Option<*mut Lock> {
+        if self.raw.is_null() {
+            return None;
+        }
+        let value = api!(RedisModule_ModuleTypeGetValue(self.raw) else std::ptr::null_mut());
+        (!value.is_null()).then_some(value.cast::<Lock>())
+    }
+
+    /// Stores `lock` as the key's value, replacing any value it had.
+    pub fn insert(&mut self, lock: Lock) -> Result<&mut Lock, CommandError> {
+        if self.raw.is_null() {
+            return Err(CommandError::StoreFailed);
+        }
+        let value = Box::into_raw(Box::new(lock));
+        let status = api!(RedisModule_ModuleTypeSetValue(self.raw, lock_type(), value.cast::<c_void>()) else raw::REDISMODULE_ERR as c_int);
+        if status != raw::REDISMODULE_OK as c_int {
+            // SAFETY: Redis did not take the value; we still own the box.
+            drop(unsafe { Box::from_raw(value) });
+            return Err(CommandError::StoreFailed);
+        }
+        // SAFETY: Redis now owns the box and keeps it alive while the key exists.
+        Ok(unsafe { &mut *value })
+    }
+
+    /// Sets the key to expire at `deadline_ms` (absolute, ms since the epoch).
+    pub fn set_deadline(&mut self, deadline_ms: u64) {
+        if self.raw.is_null() {
+            return;
+        }
+        let when = i64::try_from(deadline_ms).unwrap_or(i64::MAX);
+        api!(RedisModule_SetAbsExpire(self.raw, when) else 0);
+    }
+
+    /// Deletes the key (and frees the lock through the type's free callback).
+    pub fn delete(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        api!(RedisModule_DeleteKey(self.raw) else 0);
+    }
+}
+
+impl Drop for LockKey {
+    fn drop(&mut self) {
+        if !self.raw.is_null() {
+            api!(RedisModule_CloseKey(self.raw) else ());
+        }
+    }
+}

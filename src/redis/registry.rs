@@ -1,0 +1,109 @@
+//! Command registration and the `extern "C"` entry points Redis calls.
+//!
+//! Each entry point borrows argv without copying, runs the command inside
+//! `catch_unwind` (a panic unwinding into Redis would abort the server), and
+//! turns a returned error into its error reply.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use redis_module::raw;
+
+use super::ffi::{api, Argv, Ctx};
+use crate::commands::{acquire, info, release, renew, setstate, CommandResult};
+
+type Handler = fn(Ctx, &Argv<'_>) -> CommandResult;
+
+/// One command as registered with Redis.
+struct CommandSpec {
+    name: &'static CStr,
+    flags: &'static CStr,
+    entry: raw::RedisModuleCmdFunc,
+}
+
+/// Defines an `extern "C"` entry point that dispatches to a handler.
+macro_rules! entry_point {
+    ($entry:ident => $handler:path) => {
+        extern "C" fn $entry(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            dispatch(ctx, argv, argc, $handler)
+        }
+    };
+}
+
+entry_point!(acquire_entry => acquire::run);
+entry_point!(release_entry => release::run);
+entry_point!(renew_entry => renew::run);
+entry_point!(info_entry => info::run);
+entry_point!(setstate_entry => setstate::run);
+
+/// Every DLOCK command. Writers are `write deny-oom`; INFO is `readonly fast`.
+/// All take their key at position 1, so Cluster routes them and replicas
+/// refuse the writers with READONLY.
+const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: c"dlock.acquire",
+        flags: c"write deny-oom",
+        entry: Some(acquire_entry),
+    },
+    CommandSpec {
+        name: c"dlock.release",
+        flags: c"write deny-oom",
+        entry: Some(release_entry),
+    },
+    CommandSpec {
+        name: c"dlock.renew",
+        flags: c"write deny-oom",
+        entry: Some(renew_entry),
+    },
+    CommandSpec {
+        name: c"dlock.info",
+        flags: c"readonly fast",
+        entry: Some(info_entry),
+    },
+    CommandSpec {
+        name: c"dlock.setstate",
+        flags: c"write deny-oom",
+        entry: Some(setstate_entry),
+    },
+];
+
+fn dispatch(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+) -> c_int {
+    let ctx = Ctx::from_raw(ctx);
+    // SAFETY: Redis passes `argc` valid strings that live for the whole call.
+    let args = unsafe { Argv::from_raw(argv, argc) };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => ctx.reply_command_error(error),
+        Err(_) => ctx.reply_error(c"ERR dlock internal error: the command panicked and changed nothing it could undo; see the server log"),
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Registers every command; called from the module's OnLoad.
+pub fn register_commands(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static CStr> {
+    for command in COMMANDS {
+        let status = api!(RedisModule_CreateCommand(
+            ctx,
+            command.name.as_ptr(),
+            command.entry,
+            command.flags.as_ptr(),
+            1,
+            1,
+            1,
+        ) else raw::REDISMODULE_ERR as c_int);
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(command.name);
+        }
+    }
+    Ok(())
+}
