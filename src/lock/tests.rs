@@ -64,7 +64,10 @@ fn lease_covers_its_deadline_and_ends_after_it() {
     let mut next = counter();
     lock.acquire(b"a", 100, 1_000, &mut next);
     assert!(lock.live_hold(1_100).is_some());
-    assert_eq!(lock.live_hold(1_100).map(|h| h.remaining_ms(1_100)), Some(0));
+    assert_eq!(
+        lock.live_hold(1_100).map(|h| h.remaining_ms(1_100)),
+        Some(0)
+    );
     assert!(lock.live_hold(1_101).is_none());
     assert!(lock.is_vacant(1_101));
     let grant = lock.acquire(b"b", 100, 1_101, &mut next);

@@ -44,7 +44,6 @@ impl Ctx {
         Self { raw }
     }
 
-
     pub fn reply_integer(self, value: i64) {
         api!(RedisModule_ReplyWithLongLong(self.raw, value as c_longlong) else 0);
     }
@@ -110,7 +109,8 @@ impl Ctx {
         } else {
             raw::REDISMODULE_READ
         };
-        let key = api!(RedisModule_OpenKey(self.raw, name.raw, mode as c_int) else std::ptr::null_mut());
+        let key =
+            api!(RedisModule_OpenKey(self.raw, name.raw, mode as c_int) else std::ptr::null_mut());
         if key.is_null() {
             // Read-only opening of a missing key returns NULL on old servers.
             return Ok(LockKey { raw: key });

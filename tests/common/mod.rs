@@ -1,0 +1,322 @@
+//! Test harness: real redis-server processes with the module loaded, each on
+//! a free port in its own temporary directory, killed and cleaned up on drop
+//! (also when the test panics).
+//!
+//! `DLOCK_SERVER` selects the server binary (default `redis-server`) and
+//! `DLOCK_MODULE` the module (default `target/release/libdlock.so`).
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub use redis::{Connection, Value};
+
+/// How long a server gets to start or to reach a state we wait for.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+pub fn server_binary() -> String {
+    std::env::var("DLOCK_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+pub fn module_path() -> PathBuf {
+    match std::env::var("DLOCK_MODULE") {
+        Ok(path) => PathBuf::from(path),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libdlock.so"),
+    }
+}
+
+/// A running redis-server.
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl Server {
+    /// A server with persistence off.
+    pub fn start() -> Server {
+        Server::with_args(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// A server with extra `redis-server` arguments (`--name value` pairs).
+    pub fn with_args(args: &[&str]) -> Server {
+        let dir = std::env::temp_dir().join(format!(
+            "dlock-test-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the server directory");
+        let mut server = Server {
+            child: None,
+            port: 0,
+            dir,
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        for _attempt in 0..5 {
+            server.port = free_port();
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start; log:\n{}", server.log());
+    }
+
+    /// Starts the process on `self.port`; false if it exited (port taken).
+    fn spawn(&mut self) -> bool {
+        let module = module_path();
+        assert!(
+            module.exists(),
+            "{} is missing: run `make build` (or `make test`) first",
+            module.display()
+        );
+        let mut command = Command::new(server_binary());
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg("server.log")
+            .arg("--daemonize")
+            .arg("no")
+            .arg("--loadmodule")
+            .arg(&module);
+        command.args(&self.args);
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        let child = command.spawn().expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_status)) = child.try_wait() {
+                    self.child = None;
+                    return false;
+                }
+            }
+            if let Ok(mut conn) = self.try_connect() {
+                let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut conn);
+                if pong.is_ok() {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    fn try_connect(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        client.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    /// A new connection (RESP2).
+    pub fn connect(&self) -> Connection {
+        self.try_connect().expect("connect to redis-server")
+    }
+
+    /// A new connection speaking RESP3.
+    pub fn connect_resp3(&self) -> Connection {
+        let client =
+            redis::Client::open(format!("redis://127.0.0.1:{}/?protocol=resp3", self.port))
+                .expect("client");
+        client.get_connection().expect("connect with RESP3")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops with `SHUTDOWN` (saving if persistence is configured) and waits.
+    pub fn shutdown(&mut self) {
+        if let Ok(mut conn) = self.try_connect() {
+            let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").query(&mut conn);
+        }
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + PATIENCE;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, directory and arguments.
+    pub fn restart(&mut self) {
+        self.kill();
+        for _attempt in 0..50 {
+            if self.spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart; log:\n{}", self.log());
+    }
+
+    /// Restarts with other arguments (same port and directory).
+    pub fn restart_with_args(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self.restart();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("server log kept in {}", self.dir.display());
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Polls `condition` until it holds or `PATIENCE` runs out.
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        if condition() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// Runs a command, returning the raw reply (errors as `Err`).
+pub fn run(conn: &mut Connection, args: &[&[u8]]) -> redis::RedisResult<Value> {
+    let mut command = redis::cmd(std::str::from_utf8(args[0]).expect("command name"));
+    for arg in &args[1..] {
+        command.arg(*arg);
+    }
+    command.query(conn)
+}
+
+/// Runs a command given as strings.
+pub fn cmd(conn: &mut Connection, args: &[&str]) -> redis::RedisResult<Value> {
+    let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    run(conn, &bytes)
+}
+
+/// The error text of a command that must fail (code and message).
+pub fn error_of(conn: &mut Connection, args: &[&str]) -> String {
+    match cmd(conn, args) {
+        Err(error) => error_text(&error),
+        Ok(value) => panic!("{args:?} should fail but replied {value:?}"),
+    }
+}
+
+/// `CODE message` of a server error.
+pub fn error_text(error: &redis::RedisError) -> String {
+    match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => error.to_string(),
+    }
+}
+
+/// A grant reply `[token, holds, owner]`, or None for a null reply.
+pub fn grant(value: Value) -> Option<(i64, i64, Vec<u8>)> {
+    match value {
+        Value::Nil => None,
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(token), Value::Int(holds), Value::BulkString(owner)] => {
+                Some((*token, *holds, owner.clone()))
+            }
+            other => panic!("not a grant reply: {other:?}"),
+        },
+        other => panic!("not a grant reply: {other:?}"),
+    }
+}
+
+/// DLOCK.ACQUIRE as a grant.
+pub fn acquire(
+    conn: &mut Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+) -> Option<(i64, i64, Vec<u8>)> {
+    grant(cmd(conn, &["DLOCK.ACQUIRE", key, owner, &ttl.to_string()]).expect("DLOCK.ACQUIRE"))
+}
+
+/// The fields of DLOCK.INFO (RESP2 flat array or RESP3 map), None for null.
+pub fn info(conn: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
+    match cmd(conn, &["DLOCK.INFO", key]).expect("DLOCK.INFO") {
+        Value::Nil => None,
+        Value::Array(items) => Some(
+            items
+                .chunks(2)
+                .map(|pair| (field_name(&pair[0]), pair[1].clone()))
+                .collect(),
+        ),
+        Value::Map(pairs) => Some(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (field_name(&k), v))
+                .collect(),
+        ),
+        other => panic!("not an INFO reply: {other:?}"),
+    }
+}
+
+fn field_name(value: &Value) -> String {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        other => panic!("not a field name: {other:?}"),
+    }
+}
+
+/// One integer field of DLOCK.INFO.
+pub fn info_int(conn: &mut Connection, key: &str, field: &str) -> i64 {
+    let fields = info(conn, key).unwrap_or_else(|| panic!("{key} does not exist"));
+    match fields.iter().find(|(name, _)| name == field) {
+        Some((_, Value::Int(value))) => *value,
+        other => panic!("field {field} of {key}: {other:?}"),
+    }
+}
+
+/// The owner field of DLOCK.INFO (None when not held).
+pub fn info_owner(conn: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    let fields = info(conn, key)?;
+    match fields.iter().find(|(name, _)| name == "owner") {
+        Some((_, Value::BulkString(owner))) => Some(owner.clone()),
+        Some((_, Value::Nil)) => None,
+        other => panic!("owner field of {key}: {other:?}"),
+    }
+}
+
+/// An integer reply.
+pub fn int(conn: &mut Connection, args: &[&str]) -> i64 {
+    match cmd(conn, args) {
+        Ok(Value::Int(value)) => value,
+        other => panic!("{args:?}: expected an integer, got {other:?}"),
+    }
+}
