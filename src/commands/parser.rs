@@ -48,7 +48,7 @@ impl<'a, A: ArgSource<'a>> ArgCursor<'a, A> {
     }
 
     /// The next argument, if any.
-    pub fn next(&mut self) -> Option<&'a [u8]> {
+    pub fn next_arg(&mut self) -> Option<&'a [u8]> {
         if self.position >= self.args.count() {
             return None;
         }
@@ -59,12 +59,12 @@ impl<'a, A: ArgSource<'a>> ArgCursor<'a, A> {
 
     /// The next argument, which must be there.
     pub fn required(&mut self) -> Result<&'a [u8], CommandError> {
-        self.next().ok_or(CommandError::WrongArity)
+        self.next_arg().ok_or(CommandError::WrongArity)
     }
 
     /// The next argument as a value of an option, missing: a syntax error.
     pub fn option_value(&mut self) -> Result<&'a [u8], CommandError> {
-        self.next().ok_or(CommandError::Syntax)
+        self.next_arg().ok_or(CommandError::Syntax)
     }
 
     /// An owner: 1 to 512 bytes, or `*`.
@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(cursor.finish(), Ok(()));
         assert_eq!(cursor.ttl(), Err(CommandError::WrongArity));
         let mut cursor = ArgCursor::starting_at(args, 1);
-        assert!(cursor.next().is_some());
+        assert!(cursor.next_arg().is_some());
         assert_eq!(cursor.finish(), Err(CommandError::Syntax));
     }
 }

@@ -117,11 +117,11 @@ impl Ctx {
         }
         let key = LockKey { raw: key };
         let key_type = api!(RedisModule_KeyType(key.raw) else 0) as isize;
-        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as isize {
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY {
             return Ok(key);
         }
         let module_type = api!(RedisModule_ModuleTypeGetType(key.raw) else std::ptr::null_mut());
-        if key_type == raw::REDISMODULE_KEYTYPE_MODULE as isize && module_type == lock_type() {
+        if key_type == raw::REDISMODULE_KEYTYPE_MODULE && module_type == lock_type() {
             Ok(key)
         } else {
             Err(CommandError::WrongType)

@@ -90,7 +90,8 @@ fn dispatch(
 }
 
 /// Registers every command; called from the module's OnLoad.
-pub fn register_commands(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static CStr> {
+pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CStr> {
+    let ctx = ctx.ctx;
     for command in COMMANDS {
         let status = api!(RedisModule_CreateCommand(
             ctx,

@@ -47,6 +47,11 @@ impl Server {
 
     /// A server with extra `redis-server` arguments (`--name value` pairs).
     pub fn with_args(args: &[&str]) -> Server {
+        Server::with_files(&[], args)
+    }
+
+    /// A server whose directory holds `files` (name, contents) before it starts.
+    pub fn with_files(files: &[(&str, &[u8])], args: &[&str]) -> Server {
         let dir = std::env::temp_dir().join(format!(
             "dlock-test-{}-{}",
             std::process::id(),
@@ -54,6 +59,9 @@ impl Server {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the server directory");
+        for (name, contents) in files {
+            std::fs::write(dir.join(name), contents).expect("write a server file");
+        }
         let mut server = Server {
             child: None,
             port: 0,
@@ -89,6 +97,9 @@ impl Server {
             .arg("server.log")
             .arg("--daemonize")
             .arg("no")
+            // Full syncs start at once instead of after the default 5 s delay.
+            .arg("--repl-diskless-sync-delay")
+            .arg("0")
             .arg("--loadmodule")
             .arg(&module);
         command.args(&self.args);
@@ -319,4 +330,66 @@ pub fn int(conn: &mut Connection, args: &[&str]) -> i64 {
         Ok(Value::Int(value)) => value,
         other => panic!("{args:?}: expected an integer, got {other:?}"),
     }
+}
+
+/// A command encoded in RESP, as an AOF file holds it.
+pub fn resp_command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n{}\r\n", arg.len(), arg).as_bytes());
+    }
+    out
+}
+
+/// An old-style `appendonly.aof` that makes the server's token counter start
+/// at `token` (far above the wall-clock floor): it holds one lock `seed`
+/// issued under that token, with a lease of one hour.
+pub fn aof_with_token(token: u64) -> Vec<u8> {
+    let deadline = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 3_600_000;
+    resp_command(&[
+        "DLOCK.SETSTATE",
+        "seed",
+        "seeder",
+        "1",
+        &token.to_string(),
+        &deadline.to_string(),
+    ])
+}
+
+/// The absolute expire time of a key in ms (PEXPIRETIME), -2 if missing.
+pub fn pexpiretime(conn: &mut Connection, key: &str) -> i64 {
+    int(conn, &["PEXPIRETIME", key])
+}
+
+/// A lock as seen from outside: key, owner, holds, token, absolute deadline.
+pub type LockState = (String, Option<Vec<u8>>, i64, i64, i64);
+
+/// Owner, holds, token and absolute deadline of every lock in `keys`.
+pub fn snapshot(conn: &mut Connection, keys: &[&str]) -> Vec<LockState> {
+    keys.iter()
+        .map(|key| {
+            let owner = info_owner(conn, key);
+            let (holds, token) = if info(conn, key).is_some() {
+                (info_int(conn, key, "holds"), info_int(conn, key, "token"))
+            } else {
+                (0, 0)
+            };
+            (key.to_string(), owner, holds, token, pexpiretime(conn, key))
+        })
+        .collect()
+}
+
+/// Polls INFO until `field:value` appears in the given section.
+pub fn wait_for_info(conn: &mut Connection, section: &str, needle: &str) {
+    wait_until(&format!("INFO {section} to show {needle}"), || {
+        let text: String = redis::cmd("INFO")
+            .arg(section)
+            .query(conn)
+            .unwrap_or_default();
+        text.lines().any(|line| line.trim() == needle)
+    });
 }
