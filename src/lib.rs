@@ -14,17 +14,24 @@ pub mod redis;
 /// into the real library.
 #[cfg(not(test))]
 mod module {
-    use crate::redis::datatype::LOCK_TYPE;
+    use crate::commands::fair::FAIR_RESERVATION_MS;
+    use crate::redis::datatype::{self, LOCK_TYPE};
+    use crate::redis::{events, registry, scheduler};
+    use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
 
     fn initialize(ctx: &Context, _args: &[RedisString]) -> Status {
-        match crate::redis::registry::register_commands(ctx) {
-            Ok(()) => Status::Ok,
-            Err(name) => {
-                ctx.log_warning(&format!("dlock: failed to register {name:?}"));
-                Status::Err
-            }
+        datatype::init_main_thread();
+        scheduler::init(ctx);
+        if let Err(name) = registry::register_commands(ctx) {
+            ctx.log_warning(&format!("dlock: failed to register {name:?}"));
+            return Status::Err;
         }
+        if !events::subscribe(ctx) {
+            ctx.log_warning("dlock: failed to subscribe to client events");
+            return Status::Err;
+        }
+        Status::Ok
     }
 
     redis_module! {
@@ -33,5 +40,14 @@ mod module {
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [LOCK_TYPE],
         init: initialize,
+        configurations: [
+            i64: [
+                ["fair-reservation-ms", &FAIR_RESERVATION_MS, 5_000, 1, (1 << 53) - 1, ConfigurationFlags::DEFAULT, None],
+            ],
+            string: [],
+            bool: [],
+            enum: [],
+            module_args_as_configuration: true,
+        ]
     }
 }

@@ -336,7 +336,15 @@ fn setstate_is_refused_from_clients() {
     let mut conn = server.connect();
     let error = error_of(
         &mut conn,
-        &["DLOCK.SETSTATE", "k", "forged", "1", "5", "99999999999999"],
+        &[
+            "DLOCK.SETSTATE",
+            "k",
+            "HOLD",
+            "forged",
+            "1",
+            "5",
+            "99999999999999",
+        ],
     );
     assert!(
         error.starts_with("ERR") && error.contains("internal"),

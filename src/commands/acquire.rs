@@ -1,38 +1,58 @@
-//! `DLOCK.ACQUIRE key owner ttl`
+//! `DLOCK.ACQUIRE key owner ttl [BLOCK timeout] [SESSION]`
 //!
 //! Takes the lock for `owner` with a lease of `ttl` milliseconds.
 //!
 //! * `owner`: 1 to 512 bytes naming the holder, or `*` for a server-generated
-//!   UUID v4.
+//!   UUID v4 (returned in the reply).
 //! * `ttl`: a positive integer below 2^53.
+//! * `BLOCK timeout`: when the lock is not granted at once, wait in the
+//!   lock's FIFO queue for up to `timeout` ms (0: forever). Ignored inside
+//!   MULTI/EXEC, scripts and functions, where one immediate attempt is made.
+//! * `SESSION`: tie the hold to this connection: closing it releases the
+//!   lock (all holds).
 //!
-//! Replies:
-//! * `[token, holds, owner]` on a grant: a new hold (holds 1, a new fencing
-//!   token) when the lock is free, or a re-entry (holds + 1, same token, lease
-//!   reset) when `owner` already holds it;
-//! * null when another owner holds it (nothing changes).
+//! The lock is granted only to the head of its queue, or to anyone when the
+//! queue is empty; the current holder re-enters at once (holds + 1, lease
+//! reset, same token). A new hold gets a new fencing token.
 //!
-//! Errors: arity, `ERR invalid ttl`, `ERR invalid owner`, `ERR syntax error`
-//! for extra arguments, `WRONGTYPE`.
+//! Replies: `[token, holds, owner]` on a grant (at once or when a blocked
+//! wait ends with the lock); null when not granted (nothing changes) or when
+//! the BLOCK timeout passes.
+//!
+//! Errors: arity, `ERR invalid ttl`, `ERR invalid owner`, `ERR invalid
+//! timeout`, `ERR syntax error` (unknown or repeated option), `WRONGTYPE`.
 
-use super::parser::{ArgCursor, ArgSource, OwnerArg};
-use super::{commit, CommandError, CommandResult};
+use super::parser::{is_keyword, parse_timeout, ArgCursor, ArgSource, OwnerArg};
+use super::{CommandError, CommandResult};
 use crate::clock;
-use crate::lock::{Grant, Lock};
-use crate::redis::{tokens, Argv, Ctx, KeyName};
+use crate::lock::{Grant, Lock, Request};
+use crate::redis::keyspace::{settle, Changes};
+use crate::redis::{tokens, waiters, Argv, Ctx, KeyName};
 
 /// Length of a generated owner: a hyphenated UUID.
 const GENERATED_OWNER_LEN: usize = 36;
 
-/// A parsed DLOCK.ACQUIRE.
+/// A parsed DLOCK.ACQUIRE or DLOCK.FAIR (they share their grammar).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub owner: OwnerArg<'a>,
     pub ttl_ms: u64,
+    /// BLOCK timeout in ms (0: forever).
+    pub block_ms: Option<u64>,
+    pub session: bool,
+}
+
+/// What to do when the lock is not granted at once and the caller does not block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// ACQUIRE: reply null, leave no trace.
+    Nothing,
+    /// FAIR: keep the caller's place as a reservation for this many ms.
+    Reserve { for_ms: u64 },
 }
 
 impl<'a> Acquire<'a> {
-    /// Parses the arguments after the key (argv[2..]).
+    /// Parses `key owner ttl [BLOCK timeout] [SESSION]` (argv[1..]).
     pub fn parse(args: impl ArgSource<'a>) -> Result<Self, CommandError> {
         if args.count() < 4 {
             return Err(CommandError::WrongArity);
@@ -40,41 +60,83 @@ impl<'a> Acquire<'a> {
         let mut cursor = ArgCursor::starting_at(args, 2);
         let owner = cursor.owner()?;
         let ttl_ms = cursor.ttl()?;
-        cursor.finish()?;
-        Ok(Self { owner, ttl_ms })
+        let mut request = Self {
+            owner,
+            ttl_ms,
+            block_ms: None,
+            session: false,
+        };
+        while let Some(option) = cursor.next_arg() {
+            if is_keyword(option, "BLOCK") && request.block_ms.is_none() {
+                request.block_ms = Some(parse_timeout(cursor.option_value()?)?);
+            } else if is_keyword(option, "SESSION") && !request.session {
+                request.session = true;
+            } else {
+                return Err(CommandError::Syntax);
+            }
+        }
+        Ok(request)
     }
 
-    /// Applies the acquire to the key `name` and replies.
-    pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
+    /// Applies the request to the key `name` and replies (or blocks).
+    pub fn apply(self, ctx: Ctx, name: KeyName, fallback: Fallback) -> CommandResult {
         let mut generated = [0u8; GENERATED_OWNER_LEN];
         let owner: &[u8] = match self.owner {
             OwnerArg::Named(owner) => owner,
             OwnerArg::Generate => generate_owner(&mut generated),
         };
+        let request = Request {
+            owner,
+            ttl_ms: self.ttl_ms,
+            session: self.session.then(|| ctx.client_id()),
+        };
         let mut key = ctx.open_lock(name, true)?;
         let now_ms = clock::now_ms();
-        let grant = match key.lock_mut() {
-            Some(lock) => lock.acquire(owner, self.ttl_ms, now_ms, tokens::issue),
-            None => key
-                .insert(Lock::new())?
-                .acquire(owner, self.ttl_ms, now_ms, tokens::issue),
+        let lock = match key.lock_mut() {
+            Some(lock) => lock,
+            None => key.insert(Lock::new())?,
         };
-        match grant {
-            Some(grant) => {
-                commit(ctx, name, &mut key, now_ms);
-                reply_grant(ctx, grant, owner);
-            }
-            None => ctx.reply_null(),
+        let acquired = lock.acquire(request, now_ms, tokens::issue, waiters::is_waiting);
+        if let Some(grant) = acquired.grant {
+            let changes = Changes {
+                hold: true,
+                ..Changes::default()
+            };
+            settle(ctx, name, &mut key, now_ms, changes, acquired.woken);
+            reply_grant(ctx, grant, owner);
+            return Ok(());
         }
+        if let Some(timeout_ms) = self.block_ms.filter(|_| ctx.may_block()) {
+            waiters::block(ctx, name, &mut key, request, timeout_ms)?;
+            let changes = Changes {
+                queue: true,
+                ..Changes::default()
+            };
+            settle(ctx, name, &mut key, now_ms, changes, Vec::new());
+            return Ok(());
+        }
+        let changes = match fallback {
+            Fallback::Nothing => Changes::default(),
+            Fallback::Reserve { for_ms } => {
+                let deadline_ms = now_ms.saturating_add(for_ms);
+                lock.reserve(owner, deadline_ms);
+                Changes {
+                    reserved: Some((owner, deadline_ms)),
+                    ..Changes::default()
+                }
+            }
+        };
+        settle(ctx, name, &mut key, now_ms, changes, Vec::new());
+        ctx.reply_null();
         Ok(())
     }
 }
 
-/// Command entry: `DLOCK.ACQUIRE key owner ttl`.
+/// Command entry: `DLOCK.ACQUIRE key owner ttl [BLOCK timeout] [SESSION]`.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     let request = Acquire::parse(args)?;
     let name = args.key(1).ok_or(CommandError::WrongArity)?;
-    request.apply(ctx, name)
+    request.apply(ctx, name, Fallback::Nothing)
 }
 
 /// The grant reply: `[token, holds, owner]`.
@@ -100,38 +162,97 @@ mod tests {
     }
 
     #[test]
-    fn parses_owner_and_ttl() {
+    fn parses_owner_ttl_and_options_in_any_order() {
         assert_eq!(
             parse(&[b"DLOCK.ACQUIRE", b"k", b"me", b"1000"]),
             Ok(Acquire {
                 owner: OwnerArg::Named(b"me"),
-                ttl_ms: 1000
+                ttl_ms: 1000,
+                block_ms: None,
+                session: false,
             })
         );
+        let expected = Ok(Acquire {
+            owner: OwnerArg::Generate,
+            ttl_ms: 5,
+            block_ms: Some(0),
+            session: true,
+        });
         assert_eq!(
-            parse(&[b"DLOCK.ACQUIRE", b"k", b"*", b"5"]).map(|a| a.owner),
-            Ok(OwnerArg::Generate)
+            parse(&[
+                b"DLOCK.ACQUIRE",
+                b"k",
+                b"*",
+                b"5",
+                b"block",
+                b"0",
+                b"SESSION"
+            ]),
+            expected
+        );
+        assert_eq!(
+            parse(&[
+                b"DLOCK.ACQUIRE",
+                b"k",
+                b"*",
+                b"5",
+                b"session",
+                b"BLOCK",
+                b"0"
+            ]),
+            expected
         );
     }
 
     #[test]
     fn rejects_bad_arguments() {
-        assert_eq!(
-            parse(&[b"DLOCK.ACQUIRE", b"k", b"me"]),
-            Err(CommandError::WrongArity)
-        );
-        assert_eq!(
-            parse(&[b"DLOCK.ACQUIRE", b"k", b"me", b"0"]),
-            Err(CommandError::InvalidTtl)
-        );
-        assert_eq!(
-            parse(&[b"DLOCK.ACQUIRE", b"k", b"", b"10"]),
-            Err(CommandError::InvalidOwner)
-        );
-        assert_eq!(
-            parse(&[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"NX"]),
-            Err(CommandError::Syntax)
-        );
+        let cases: &[(&[&[u8]], CommandError)] = &[
+            (&[b"DLOCK.ACQUIRE", b"k", b"me"], CommandError::WrongArity),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"0"],
+                CommandError::InvalidTtl,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"", b"10"],
+                CommandError::InvalidOwner,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"NX"],
+                CommandError::Syntax,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"BLOCK"],
+                CommandError::Syntax,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"BLOCK", b"-1"],
+                CommandError::InvalidTimeout,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"BLOCK", b"1.5"],
+                CommandError::InvalidTimeout,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"BLOCK",
+                    b"1",
+                    b"BLOCK",
+                    b"1",
+                ],
+                CommandError::Syntax,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"SESSION", b"SESSION"],
+                CommandError::Syntax,
+            ),
+        ];
+        for (args, error) in cases {
+            assert_eq!(parse(args), Err(*error), "{args:?}");
+        }
     }
 
     #[test]

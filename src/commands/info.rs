@@ -8,7 +8,8 @@
 //! * `holds`: integer re-entry count, 0 when not held;
 //! * `token`: integer fencing token of the current hold, 0 when not held;
 //! * `pttl`: integer milliseconds left on the lease, -1 when not held;
-//! * `waiting`: integer length of the wait queue.
+//! * `waiting`: integer queue length: blocked waiters plus live reservations;
+//! * `queue`: array of the queued owners, head first.
 //!
 //! Errors: arity, `ERR syntax error` for extra arguments, `WRONGTYPE`.
 
@@ -31,7 +32,7 @@ pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     };
     let now_ms = clock::now_ms();
     let hold = lock.live_hold(now_ms);
-    ctx.reply_map(5);
+    ctx.reply_map(6);
     ctx.reply_bulk(b"owner");
     match hold {
         Some(hold) => ctx.reply_bulk(&hold.owner),
@@ -47,6 +48,12 @@ pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
         None => ctx.reply_integer(-1),
     }
     ctx.reply_bulk(b"waiting");
-    ctx.reply_integer(0);
+    let waiting = lock.waiting(now_ms);
+    ctx.reply_count(waiting as u64);
+    ctx.reply_bulk(b"queue");
+    ctx.reply_array(waiting);
+    for entry in lock.queue().live_entries(now_ms) {
+        ctx.reply_bulk(&entry.owner);
+    }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! command's grammar and replies.
 
 pub mod acquire;
+pub mod fair;
 pub mod info;
 pub mod parser;
 pub mod release;
@@ -11,8 +12,6 @@ pub mod renew;
 pub mod setstate;
 
 use std::ffi::CStr;
-
-use crate::redis::{Ctx, KeyName, LockKey};
 
 /// Every way a command can fail. Each maps to one static error reply, so that
 /// failing costs no allocation and every message is stated once.
@@ -24,6 +23,8 @@ pub enum CommandError {
     Syntax,
     InvalidTtl,
     InvalidOwner,
+    /// BLOCK with a negative or non-integer timeout.
+    InvalidTimeout,
     /// A numeric field of the internal replication command is out of range.
     InvalidState,
     /// The caller does not hold the lock.
@@ -34,6 +35,8 @@ pub enum CommandError {
     InternalCommand,
     /// Redis refused to store the value.
     StoreFailed,
+    /// Redis refused to block the client.
+    BlockFailed,
 }
 
 impl CommandError {
@@ -48,6 +51,9 @@ impl CommandError {
             CommandError::InvalidOwner => {
                 c"ERR invalid owner: must be 1 to 512 bytes, or * to generate one"
             }
+            CommandError::InvalidTimeout => {
+                c"ERR invalid timeout: BLOCK takes a non-negative integer of milliseconds (0 waits forever)"
+            }
             CommandError::InvalidState => c"ERR invalid lock state",
             CommandError::NotOwner => {
                 c"NOTOWNER the lock is not held by this owner (free, expired, or held by another owner)"
@@ -59,6 +65,7 @@ impl CommandError {
                 c"ERR DLOCK.SETSTATE is internal: only a master's replication stream or the AOF may send it"
             }
             CommandError::StoreFailed => c"ERR could not store the lock value",
+            CommandError::BlockFailed => c"ERR could not block the client",
         }
     }
 }
@@ -66,27 +73,3 @@ impl CommandError {
 /// The result of a command handler: its reply has been sent, or it failed
 /// before replying and the caller sends the error.
 pub type CommandResult = Result<(), CommandError>;
-
-/// Makes the key, the persisted expire and the replication stream reflect the
-/// lock after a change: a live lock gets its deadline as the key's absolute
-/// expire and is replicated as an explicit state (absolute deadline, explicit
-/// token and owner, so replicas and the AOF never depend on time or on a
-/// generated UUID); a vacant lock is deleted, and the deletion replicated.
-pub(crate) fn commit(ctx: Ctx, name: KeyName, key: &mut LockKey, now_ms: u64) {
-    let deadline = key
-        .lock()
-        .and_then(|lock| lock.live_hold(now_ms))
-        .map(|hold| hold.deadline_ms);
-    match deadline {
-        Some(deadline_ms) => {
-            key.set_deadline(deadline_ms);
-            if let Some(hold) = key.lock().and_then(|lock| lock.stored_hold()) {
-                ctx.replicate_hold(name, hold);
-            }
-        }
-        None => {
-            key.delete();
-            ctx.replicate_delete(name);
-        }
-    }
-}

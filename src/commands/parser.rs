@@ -106,6 +106,14 @@ pub fn parse_ttl(ttl: &[u8]) -> Result<u64, CommandError> {
     }
 }
 
+/// Validates a BLOCK timeout: an integer in 0..2^53 (0: wait forever).
+pub fn parse_timeout(timeout: &[u8]) -> Result<u64, CommandError> {
+    match parse_i64(timeout) {
+        Some(ms) if ms >= 0 && (ms as u64) < TTL_LIMIT_MS => Ok(ms as u64),
+        _ => Err(CommandError::InvalidTimeout),
+    }
+}
+
 /// Parses a decimal integer with Redis's strictness: an optional `-`, digits,
 /// no leading zeros, no spaces, no `+`, no overflow.
 pub fn parse_i64(text: &[u8]) -> Option<i64> {

@@ -2,16 +2,18 @@
 //!
 //! Gives up one hold of `owner`.
 //!
-//! Replies: the holds left as an integer; 0 means the lock is released and
-//! the key deleted.
+//! Replies: the holds left as an integer; 0 means the lock is released: it
+//! is handed at once to the head of the queue if a blocked waiter heads it,
+//! and the key is deleted if nobody is queued.
 //!
 //! Errors: `NOTOWNER` when the lock is free, expired or held by another owner
 //! (nothing changes), arity, `ERR invalid owner`, `ERR syntax error`,
 //! `WRONGTYPE`.
 
 use super::parser::{parse_owner, ArgCursor, ArgSource};
-use super::{commit, CommandError, CommandResult};
+use super::{CommandError, CommandResult};
 use crate::clock;
+use crate::redis::keyspace::{settle, Changes};
 use crate::redis::{Argv, Ctx, KeyName};
 
 /// A parsed DLOCK.RELEASE.
@@ -39,7 +41,11 @@ impl<'a> Release<'a> {
         let remaining = lock
             .release(self.owner, now_ms)
             .map_err(|_| CommandError::NotOwner)?;
-        commit(ctx, name, &mut key, now_ms);
+        let changes = Changes {
+            hold: true,
+            ..Changes::default()
+        };
+        settle(ctx, name, &mut key, now_ms, changes, Vec::new());
         ctx.reply_count(remaining);
         Ok(())
     }

@@ -10,8 +10,9 @@
 //! `ERR syntax error`, `WRONGTYPE`.
 
 use super::parser::{parse_owner, ArgCursor, ArgSource};
-use super::{commit, CommandError, CommandResult};
+use super::{CommandError, CommandResult};
 use crate::clock;
+use crate::redis::keyspace::{settle, Changes};
 use crate::redis::{Argv, Ctx, KeyName};
 
 /// A parsed DLOCK.RENEW.
@@ -41,7 +42,11 @@ impl<'a> Renew<'a> {
         let token = lock
             .renew(self.owner, self.ttl_ms, now_ms)
             .map_err(|_| CommandError::NotOwner)?;
-        commit(ctx, name, &mut key, now_ms);
+        let changes = Changes {
+            hold: true,
+            ..Changes::default()
+        };
+        settle(ctx, name, &mut key, now_ms, changes, Vec::new());
         ctx.reply_count(token);
         Ok(())
     }

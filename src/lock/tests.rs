@@ -1,6 +1,34 @@
 use super::*;
 use proptest::prelude::*;
 
+/// An immediate acquire without SESSION, as the old two-argument form.
+trait Take {
+    fn take(
+        &mut self,
+        owner: &[u8],
+        ttl_ms: u64,
+        now_ms: u64,
+        next: impl FnOnce() -> u64,
+    ) -> Option<Grant>;
+}
+
+impl Take for Lock {
+    fn take(
+        &mut self,
+        owner: &[u8],
+        ttl_ms: u64,
+        now_ms: u64,
+        next: impl FnOnce() -> u64,
+    ) -> Option<Grant> {
+        let request = Request {
+            owner,
+            ttl_ms,
+            session: None,
+        };
+        self.acquire(request, now_ms, next, |_| true).grant
+    }
+}
+
 /// A token source that counts up from 1, like a server with a zero clock floor.
 fn counter() -> impl FnMut() -> u64 {
     let mut tokens = TokenCounter::default();
@@ -10,7 +38,7 @@ fn counter() -> impl FnMut() -> u64 {
 #[test]
 fn free_lock_grants_a_new_hold() {
     let mut lock = Lock::new();
-    let grant = lock.acquire(b"a", 100, 1_000, || 7);
+    let grant = lock.take(b"a", 100, 1_000, || 7);
     assert_eq!(
         grant,
         Some(Grant {
@@ -26,7 +54,8 @@ fn free_lock_grants_a_new_hold() {
             owner: (*b"a").into(),
             holds: 1,
             token: 7,
-            deadline_ms: 1_100
+            deadline_ms: 1_100,
+            session: None,
         })
     );
 }
@@ -35,8 +64,8 @@ fn free_lock_grants_a_new_hold() {
 fn reentry_counts_keeps_the_token_and_resets_the_lease() {
     let mut lock = Lock::new();
     let mut next = counter();
-    let first = lock.acquire(b"a", 100, 1_000, &mut next).map(|g| g.token);
-    let again = lock.acquire(b"a", 500, 1_050, &mut next);
+    let first = lock.take(b"a", 100, 1_000, &mut next).map(|g| g.token);
+    let again = lock.take(b"a", 500, 1_050, &mut next);
     assert_eq!(
         again,
         Some(Grant {
@@ -52,9 +81,9 @@ fn reentry_counts_keeps_the_token_and_resets_the_lease() {
 fn another_owner_is_refused_while_the_lease_is_live() {
     let mut lock = Lock::new();
     let mut next = counter();
-    lock.acquire(b"a", 100, 1_000, &mut next);
+    lock.take(b"a", 100, 1_000, &mut next);
     let before = lock.clone();
-    assert_eq!(lock.acquire(b"b", 100, 1_100, &mut next), None);
+    assert_eq!(lock.take(b"b", 100, 1_100, &mut next), None);
     assert_eq!(lock, before, "a refused acquire changes nothing");
 }
 
@@ -62,7 +91,7 @@ fn another_owner_is_refused_while_the_lease_is_live() {
 fn lease_covers_its_deadline_and_ends_after_it() {
     let mut lock = Lock::new();
     let mut next = counter();
-    lock.acquire(b"a", 100, 1_000, &mut next);
+    lock.take(b"a", 100, 1_000, &mut next);
     assert!(lock.live_hold(1_100).is_some());
     assert_eq!(
         lock.live_hold(1_100).map(|h| h.remaining_ms(1_100)),
@@ -70,7 +99,7 @@ fn lease_covers_its_deadline_and_ends_after_it() {
     );
     assert!(lock.live_hold(1_101).is_none());
     assert!(lock.is_vacant(1_101));
-    let grant = lock.acquire(b"b", 100, 1_101, &mut next);
+    let grant = lock.take(b"b", 100, 1_101, &mut next);
     assert_eq!(grant.map(|g| (g.token, g.holds)), Some((2, 1)));
 }
 
@@ -78,9 +107,9 @@ fn lease_covers_its_deadline_and_ends_after_it() {
 fn expired_holder_starts_a_new_hold_with_a_new_token() {
     let mut lock = Lock::new();
     let mut next = counter();
-    lock.acquire(b"a", 10, 1_000, &mut next);
-    lock.acquire(b"a", 10, 1_005, &mut next);
-    let grant = lock.acquire(b"a", 10, 2_000, &mut next);
+    lock.take(b"a", 10, 1_000, &mut next);
+    lock.take(b"a", 10, 1_005, &mut next);
+    let grant = lock.take(b"a", 10, 2_000, &mut next);
     assert_eq!(
         grant,
         Some(Grant {
@@ -95,8 +124,8 @@ fn expired_holder_starts_a_new_hold_with_a_new_token() {
 fn release_counts_down_and_frees_at_zero() {
     let mut lock = Lock::new();
     let mut next = counter();
-    lock.acquire(b"a", 100, 1_000, &mut next);
-    lock.acquire(b"a", 100, 1_000, &mut next);
+    lock.take(b"a", 100, 1_000, &mut next);
+    lock.take(b"a", 100, 1_000, &mut next);
     assert_eq!(lock.release(b"a", 1_010), Ok(1));
     assert_eq!(lock.release(b"a", 1_010), Ok(0));
     assert!(lock.is_vacant(1_010));
@@ -109,7 +138,7 @@ fn release_and_renew_refuse_strangers_and_expired_holders() {
     let mut next = counter();
     assert_eq!(lock.release(b"a", 1_000), Err(NotOwner));
     assert_eq!(lock.renew(b"a", 100, 1_000), Err(NotOwner));
-    lock.acquire(b"a", 100, 1_000, &mut next);
+    lock.take(b"a", 100, 1_000, &mut next);
     let before = lock.clone();
     assert_eq!(lock.release(b"b", 1_050), Err(NotOwner));
     assert_eq!(lock.renew(b"b", 100, 1_050), Err(NotOwner));
@@ -122,8 +151,8 @@ fn release_and_renew_refuse_strangers_and_expired_holders() {
 fn renew_moves_the_deadline_and_keeps_holds_and_token() {
     let mut lock = Lock::new();
     let mut next = counter();
-    lock.acquire(b"a", 100, 1_000, &mut next);
-    lock.acquire(b"a", 100, 1_000, &mut next);
+    lock.take(b"a", 100, 1_000, &mut next);
+    lock.take(b"a", 100, 1_000, &mut next);
     assert_eq!(lock.renew(b"a", 5_000, 1_090), Ok(1));
     let hold = lock.live_hold(1_090).cloned().unwrap();
     assert_eq!((hold.holds, hold.token, hold.deadline_ms), (2, 1, 6_090));
@@ -133,12 +162,12 @@ fn renew_moves_the_deadline_and_keeps_holds_and_token() {
 fn owners_are_compared_as_bytes() {
     let mut lock = Lock::new();
     let mut next = counter();
-    lock.acquire(b"A", 100, 1_000, &mut next);
-    assert_eq!(lock.acquire(b"a", 100, 1_000, &mut next), None);
-    assert_eq!(lock.acquire(b"A\0", 100, 1_000, &mut next), None);
+    lock.take(b"A", 100, 1_000, &mut next);
+    assert_eq!(lock.take(b"a", 100, 1_000, &mut next), None);
+    assert_eq!(lock.take(b"A\0", 100, 1_000, &mut next), None);
     let binary: &[u8] = &[0xff, 0x00, 0xfe];
     let mut other = Lock::new();
-    assert!(other.acquire(binary, 100, 1_000, &mut next).is_some());
+    assert!(other.take(binary, 100, 1_000, &mut next).is_some());
     assert_eq!(other.release(binary, 1_000), Ok(0));
 }
 
@@ -194,7 +223,7 @@ proptest! {
             match op {
                 Op::Acquire { owner, ttl } => {
                     let others_hold = beliefs.iter().enumerate().any(|(i, b)| i != owner && b.holds > 0);
-                    let grant = lock.acquire(OWNERS[owner], ttl, now, || tokens.issue(now));
+                    let grant = lock.take(OWNERS[owner], ttl, now, || tokens.issue(now));
                     match grant {
                         Some(grant) => {
                             prop_assert!(!others_hold, "granted while another owner holds it");

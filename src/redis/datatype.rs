@@ -7,8 +7,10 @@
 //!    unsigned holds (>= 1)
 //!    unsigned token (1..=i64::MAX)
 //!    unsigned lease deadline, ms since the epoch]
-//!   unsigned  number of queued reservations, then that many
-//!             (buffer owner, unsigned deadline) pairs; always 0 in this version
+//!   unsigned  number of FAIR reservations, then that many
+//!             (buffer owner, unsigned deadline) pairs, in queue order
+//!
+//! Blocked waiters and SESSION ties are connection state: never saved.
 //!
 //! Aux data (before the keyspace), encoding version 1:
 //!   unsigned  last fencing token issued
@@ -19,8 +21,19 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::ffi::api;
-use super::tokens;
-use crate::lock::{Hold, Lock, MAX_OWNER_LEN, MAX_TOKEN};
+use super::{scheduler, tokens, waiters};
+use crate::lock::{EntryKind, Hold, Lock, MAX_OWNER_LEN, MAX_TOKEN};
+
+static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+
+/// Records Redis's main thread; called from the module's init.
+pub fn init_main_thread() {
+    let _ = MAIN_THREAD.set(std::thread::current().id());
+}
+
+fn on_main_thread() -> bool {
+    MAIN_THREAD.get() == Some(&std::thread::current().id())
+}
 
 /// The type name shown by TYPE; exactly 9 characters, as Redis requires.
 pub const TYPE_NAME: &str = "dlocklock";
@@ -87,7 +100,11 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
             }
             None => raw::save_unsigned(rdb, 0),
         }
-        raw::save_unsigned(rdb, 0);
+        raw::save_unsigned(rdb, lock.queue().reservation_count() as u64);
+        for (owner, deadline_ms) in reservations(lock) {
+            raw::save_slice(rdb, owner);
+            raw::save_unsigned(rdb, deadline_ms);
+        }
     })
 }
 
@@ -113,7 +130,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 /// Reads and validates one lock value; `None` for a truncated or corrupt payload.
 fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
     let has_hold = raw::load_unsigned(rdb).ok()?;
-    let lock = match has_hold {
+    let mut lock = match has_hold {
         0 => Lock::new(),
         1 => {
             let owner = raw::load_string_buffer(rdb).ok()?;
@@ -134,6 +151,7 @@ fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
                 holds,
                 token,
                 deadline_ms,
+                session: None,
             })
         }
         _ => return None,
@@ -142,11 +160,14 @@ fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
     if reservations > MAX_STORED_RESERVATIONS {
         return None;
     }
-    // Version 1 never writes reservations; skip any so a later writer's
-    // payload of this version still loads the hold.
     for _ in 0..reservations {
-        raw::load_string_buffer(rdb).ok()?;
-        raw::load_unsigned(rdb).ok()?;
+        let owner = raw::load_string_buffer(rdb).ok()?;
+        let owner = owner.as_ref();
+        let deadline_ms = raw::load_unsigned(rdb).ok()?;
+        if owner.is_empty() || owner.len() > MAX_OWNER_LEN || deadline_ms > i64::MAX as u64 {
+            return None;
+        }
+        lock.reserve(owner, deadline_ms);
     }
     if raw::is_io_error(rdb) {
         return None;
@@ -161,44 +182,73 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     guarded((), || {
         // SAFETY: Redis passes a value of this type.
-        let Some(hold) = (unsafe { lock_ref(value) }).and_then(Lock::stored_hold) else {
+        let Some(lock) = (unsafe { lock_ref(value) }) else {
             return;
         };
-        // Redis appends PEXPIREAT with the key's deadline after this command.
-        api!(RedisModule_EmitAOF(
-            aof,
-            c"DLOCK.SETSTATE".as_ptr(),
-            c"sblll".as_ptr(),
-            key,
-            hold.owner.as_ptr().cast::<c_char>(),
-            hold.owner.len(),
-            hold.holds as c_longlong,
-            hold.token as c_longlong,
-            hold.deadline_ms as c_longlong,
-        ) else ());
+        // The same commands replication uses; Redis appends PEXPIREAT with
+        // the key's expire after them.
+        if let Some(hold) = lock.stored_hold() {
+            api!(RedisModule_EmitAOF(
+                aof,
+                c"DLOCK.SETSTATE".as_ptr(),
+                c"scblll".as_ptr(),
+                key,
+                c"HOLD".as_ptr(),
+                hold.owner.as_ptr().cast::<c_char>(),
+                hold.owner.len(),
+                hold.holds as c_longlong,
+                hold.token as c_longlong,
+                hold.deadline_ms as c_longlong,
+            ) else ());
+        }
+        for (owner, deadline_ms) in reservations(lock) {
+            api!(RedisModule_EmitAOF(
+                aof,
+                c"DLOCK.SETSTATE".as_ptr(),
+                c"scbl".as_ptr(),
+                key,
+                c"RESERVE".as_ptr(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                deadline_ms as c_longlong,
+            ) else ());
+        }
     })
+}
+
+/// The reservations of a lock in queue order: (owner, deadline).
+fn reservations(lock: &Lock) -> impl Iterator<Item = (&[u8], u64)> + '_ {
+    lock.queue()
+        .entries()
+        .filter_map(|(_, entry)| match entry.kind {
+            EntryKind::Reservation { deadline_ms } => Some((&*entry.owner, deadline_ms)),
+            EntryKind::Waiter(_) => None,
+        })
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     guarded(0, || {
         // SAFETY: Redis passes a value of this type.
         let lock = unsafe { lock_ref(value.cast_mut()) };
-        let owner = lock
-            .and_then(Lock::stored_hold)
-            .map_or(0, |hold| hold.owner.len());
-        std::mem::size_of::<Lock>() + owner
+        std::mem::size_of::<Lock>() + lock.map_or(0, Lock::heap_bytes)
     })
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guarded((), || {
         // SAFETY: Redis passes a value of this type.
-        let Some(hold) = (unsafe { lock_ref(value) }).and_then(Lock::stored_hold) else {
+        let Some(lock) = (unsafe { lock_ref(value) }) else {
             return;
         };
-        api!(RedisModule_DigestAddStringBuffer(md, hold.owner.as_ptr().cast::<c_char>(), hold.owner.len()) else ());
-        for number in [hold.holds, hold.token, hold.deadline_ms] {
-            api!(RedisModule_DigestAddLongLong(md, number as c_longlong) else ());
+        if let Some(hold) = lock.stored_hold() {
+            api!(RedisModule_DigestAddStringBuffer(md, hold.owner.as_ptr().cast::<c_char>(), hold.owner.len()) else ());
+            for number in [hold.holds, hold.token, hold.deadline_ms] {
+                api!(RedisModule_DigestAddLongLong(md, number as c_longlong) else ());
+            }
+        }
+        for (owner, deadline_ms) in reservations(lock) {
+            api!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
+            api!(RedisModule_DigestAddLongLong(md, deadline_ms as c_longlong) else ());
         }
         api!(RedisModule_DigestEndSequence(md) else ());
     })
@@ -210,7 +260,20 @@ unsafe extern "C" fn free(value: *mut c_void) {
     }
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
-    drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+    let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    if lock.queue().waiter_count() == 0 || !on_main_thread() {
+        // (An asynchronous FLUSHALL frees on a background thread, where the
+        // main thread's registries must not be touched; its waiters then end
+        // at their timeout.)
+        return;
+    }
+    // The key was deleted, flushed, evicted or expired under its waiters:
+    // they are re-queued at the same key and the head is granted, by a timer
+    // (no key may be touched while Redis is freeing one).
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let groups = waiters::locate(lock.take_waiters());
+        scheduler::adopt_orphans(groups);
+    }));
 }
 
 unsafe extern "C" fn copy(
@@ -221,7 +284,8 @@ unsafe extern "C" fn copy(
     guarded(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of this type.
         match unsafe { lock_ref(value.cast_mut()) } {
-            Some(lock) => Box::into_raw(Box::new(lock.clone())).cast::<c_void>(),
+            // A copy has no waiters (they wait on the original) and no SESSION tie.
+            Some(lock) => Box::into_raw(Box::new(lock.persistent_copy())).cast::<c_void>(),
             None => std::ptr::null_mut(),
         }
     })

@@ -44,6 +44,10 @@ impl Ctx {
         Self { raw }
     }
 
+    pub(crate) fn raw(self) -> *mut raw::RedisModuleCtx {
+        self.raw
+    }
+
     pub fn reply_integer(self, value: i64) {
         api!(RedisModule_ReplyWithLongLong(self.raw, value as c_longlong) else 0);
     }
@@ -96,6 +100,48 @@ impl Ctx {
         api!(RedisModule_GetContextFlags(self.raw) else 0) as u32
     }
 
+    /// The database selected in this context.
+    pub fn selected_db(self) -> i32 {
+        api!(RedisModule_GetSelectedDb(self.raw) else 0)
+    }
+
+    /// Selects database `db` in this context; false if it does not exist.
+    pub fn select_db(self, db: i32) -> bool {
+        api!(RedisModule_SelectDb(self.raw, db) else raw::REDISMODULE_ERR as c_int)
+            == raw::REDISMODULE_OK as c_int
+    }
+
+    /// The id of the calling client (0 when there is none).
+    pub fn client_id(self) -> u64 {
+        api!(RedisModule_GetClientId(self.raw) else 0)
+    }
+
+    /// Whether the command may block its client: not inside MULTI/EXEC, a
+    /// script or a function, nor anywhere else Redis forbids it.
+    pub fn may_block(self) -> bool {
+        let forbidding = raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+            | raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA;
+        self.flags() & forbidding == 0
+    }
+
+    /// Whether this server is a master that is not loading its data: only
+    /// then may timers and events change locks.
+    pub fn may_act(self) -> bool {
+        let flags = self.flags();
+        flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
+            && flags & raw::REDISMODULE_CTX_FLAGS_LOADING == 0
+    }
+
+    /// A Redis string holding `bytes`, freed when dropped.
+    pub fn key_name(self, bytes: &[u8]) -> OwnedKeyName {
+        let raw = api!(RedisModule_CreateString(self.raw, bytes.as_ptr().cast::<c_char>(), bytes.len()) else std::ptr::null_mut());
+        OwnedKeyName {
+            ctx: self.raw,
+            name: KeyName { raw },
+        }
+    }
+
     /// Whether this call comes from a master's replication stream or the AOF.
     pub fn is_replicated_or_loading(self) -> bool {
         let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
@@ -128,18 +174,44 @@ impl Ctx {
         }
     }
 
-    /// Propagates `DLOCK.SETSTATE key owner holds token deadline` to replicas and the AOF.
+    /// Propagates `DLOCK.SETSTATE key HOLD owner holds token deadline`.
     pub fn replicate_hold(self, name: KeyName, hold: &Hold) {
         api!(RedisModule_Replicate(
             self.raw,
             c"DLOCK.SETSTATE".as_ptr(),
-            c"sblll".as_ptr(),
+            c"scblll".as_ptr(),
             name.raw,
+            c"HOLD".as_ptr(),
             hold.owner.as_ptr().cast::<c_char>(),
             hold.owner.len(),
             to_long_long(hold.holds),
             to_long_long(hold.token),
             to_long_long(hold.deadline_ms),
+        ) else 0);
+    }
+
+    /// Propagates `DLOCK.SETSTATE key FREE`: the hold ended, the queue stays.
+    pub fn replicate_free(self, name: KeyName) {
+        api!(RedisModule_Replicate(
+            self.raw,
+            c"DLOCK.SETSTATE".as_ptr(),
+            c"sc".as_ptr(),
+            name.raw,
+            c"FREE".as_ptr(),
+        ) else 0);
+    }
+
+    /// Propagates `DLOCK.SETSTATE key RESERVE owner deadline`.
+    pub fn replicate_reserve(self, name: KeyName, owner: &[u8], deadline_ms: u64) {
+        api!(RedisModule_Replicate(
+            self.raw,
+            c"DLOCK.SETSTATE".as_ptr(),
+            c"scbl".as_ptr(),
+            name.raw,
+            c"RESERVE".as_ptr(),
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+            to_long_long(deadline_ms),
         ) else 0);
     }
 
@@ -162,10 +234,37 @@ fn lock_type() -> *mut raw::RedisModuleType {
         .unwrap_or(std::ptr::null_mut())
 }
 
-/// A key name argument, borrowed from the command's argv.
+/// A key name: borrowed from a command's argv, or owned by an [`OwnedKeyName`].
 #[derive(Clone, Copy)]
 pub struct KeyName {
     raw: *mut raw::RedisModuleString,
+}
+
+impl KeyName {
+    /// The name's bytes (valid while the name is).
+    pub fn bytes(&self) -> &[u8] {
+        string_bytes(self.raw)
+    }
+}
+
+/// A key name created by the module, freed on drop.
+pub struct OwnedKeyName {
+    ctx: *mut raw::RedisModuleCtx,
+    name: KeyName,
+}
+
+impl OwnedKeyName {
+    pub fn name(&self) -> KeyName {
+        self.name
+    }
+}
+
+impl Drop for OwnedKeyName {
+    fn drop(&mut self) {
+        if !self.name.raw.is_null() {
+            api!(RedisModule_FreeString(self.ctx, self.name.raw) else ());
+        }
+    }
 }
 
 /// A command's arguments, borrowed from Redis for the duration of the call.
@@ -274,6 +373,14 @@ impl LockKey {
         }
         let when = i64::try_from(deadline_ms).unwrap_or(i64::MAX);
         api!(RedisModule_SetAbsExpire(self.raw, when) else 0);
+    }
+
+    /// Removes the key's expire.
+    pub fn remove_expire(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        api!(RedisModule_SetExpire(self.raw, raw::REDISMODULE_NO_EXPIRE as i64) else 0);
     }
 
     /// Deletes the key (and frees the lock through the type's free callback).

@@ -1,10 +1,14 @@
-//! The Redis adapter: the module data type, command entry points, replication
-//! and the global token counter. All `unsafe` code of the crate lives here,
-//! mostly in [`ffi`].
+//! The Redis adapter: the module data type, command entry points, blocked
+//! clients, timers, events and replication. All `unsafe` code of the crate
+//! lives here, mostly in [`ffi`].
 
 pub mod datatype;
+pub mod events;
 mod ffi;
+pub mod keyspace;
 pub mod registry;
+pub mod scheduler;
 pub mod tokens;
+pub mod waiters;
 
 pub use ffi::{Argv, Ctx, KeyName, LockKey};

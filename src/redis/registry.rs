@@ -10,7 +10,7 @@ use std::os::raw::c_int;
 use redis_module::raw;
 
 use super::ffi::{api, Argv, Ctx};
-use crate::commands::{acquire, info, release, renew, setstate, CommandResult};
+use crate::commands::{acquire, fair, info, release, renew, setstate, CommandResult};
 
 type Handler = fn(Ctx, &Argv<'_>) -> CommandResult;
 
@@ -35,6 +35,7 @@ macro_rules! entry_point {
 }
 
 entry_point!(acquire_entry => acquire::run);
+entry_point!(fair_entry => fair::run);
 entry_point!(release_entry => release::run);
 entry_point!(renew_entry => renew::run);
 entry_point!(info_entry => info::run);
@@ -48,6 +49,11 @@ const COMMANDS: &[CommandSpec] = &[
         name: c"dlock.acquire",
         flags: c"write deny-oom",
         entry: Some(acquire_entry),
+    },
+    CommandSpec {
+        name: c"dlock.fair",
+        flags: c"write deny-oom",
+        entry: Some(fair_entry),
     },
     CommandSpec {
         name: c"dlock.release",

@@ -353,6 +353,7 @@ pub fn aof_with_token(token: u64) -> Vec<u8> {
     resp_command(&[
         "DLOCK.SETSTATE",
         "seed",
+        "HOLD",
         "seeder",
         "1",
         &token.to_string(),

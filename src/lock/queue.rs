@@ -1,0 +1,248 @@
+//! The FIFO wait queue of one lock: blocked waiters (connection state, never
+//! persisted) and FAIR reservations (persisted, with absolute deadlines).
+//!
+//! Every operation is O(log n) in the queue length: entries are keyed by an
+//! arrival sequence number in a B-tree, reservations are also indexed by
+//! deadline (so expired ones are dropped from the front of that index, each
+//! exactly once), and entries are indexed by owner (so an owner's entries are
+//! found without a scan).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Identifies a blocked client in the adapter's registry.
+pub type WaiterId = u64;
+
+/// A client blocked waiting for the lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    pub id: WaiterId,
+    /// The lease it asked for, applied when it is granted.
+    pub ttl_ms: u64,
+    /// The connection a SESSION hold is tied to.
+    pub session: Option<u64>,
+}
+
+/// What a queue entry is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    Waiter(Waiter),
+    /// A FAIR reservation: the place is kept until `deadline_ms` (inclusive).
+    Reservation {
+        deadline_ms: u64,
+    },
+}
+
+/// One place in the queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub owner: Box<[u8]>,
+    pub kind: EntryKind,
+}
+
+/// The FIFO of one lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Queue {
+    entries: BTreeMap<u64, Entry>,
+    next_seq: u64,
+    /// (deadline, seq) of every reservation.
+    reservations: BTreeSet<(u64, u64)>,
+    /// seqs of every entry, per owner.
+    by_owner: HashMap<Box<[u8]>, Vec<u64>>,
+    waiters: usize,
+}
+
+impl Queue {
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Blocked waiters in the queue.
+    pub fn waiter_count(&self) -> usize {
+        self.waiters
+    }
+
+    /// Reservations, expired or not.
+    pub fn reservation_count(&self) -> usize {
+        self.reservations.len()
+    }
+
+    /// Reservations whose deadline has not passed.
+    pub fn live_reservation_count(&self, now_ms: u64) -> usize {
+        let expired = self.reservations.range(..(now_ms, 0)).count();
+        self.reservations.len() - expired
+    }
+
+    /// Entries in order, without reservations that have run out.
+    pub fn live_entries(&self, now_ms: u64) -> impl Iterator<Item = &Entry> + '_ {
+        self.entries.values().filter(move |entry| match entry.kind {
+            EntryKind::Reservation { deadline_ms } => now_ms <= deadline_ms,
+            EntryKind::Waiter(_) => true,
+        })
+    }
+
+    /// Every entry in order (for persistence, which skips waiters itself).
+    pub fn entries(&self) -> impl Iterator<Item = (u64, &Entry)> + '_ {
+        self.entries.iter().map(|(seq, entry)| (*seq, entry))
+    }
+
+    /// The first entry.
+    pub fn head(&self) -> Option<(u64, &Entry)> {
+        self.entries.iter().next().map(|(seq, entry)| (*seq, entry))
+    }
+
+    /// The latest reservation deadline, expired or not.
+    pub fn last_reservation_deadline(&self) -> Option<u64> {
+        self.reservations
+            .iter()
+            .next_back()
+            .map(|(deadline, _)| *deadline)
+    }
+
+    /// Drops every reservation whose deadline is before `now_ms`.
+    pub fn drop_expired_reservations(&mut self, now_ms: u64) -> usize {
+        let mut dropped = 0;
+        while let Some(&(deadline_ms, seq)) = self.reservations.first() {
+            if deadline_ms >= now_ms {
+                break;
+            }
+            self.remove(seq);
+            dropped += 1;
+        }
+        dropped
+    }
+
+    /// Appends an entry at the tail; returns its sequence number.
+    pub fn push(&mut self, owner: &[u8], kind: EntryKind) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.insert(
+            seq,
+            Entry {
+                owner: owner.into(),
+                kind,
+            },
+        );
+        seq
+    }
+
+    fn insert(&mut self, seq: u64, entry: Entry) {
+        match &entry.kind {
+            EntryKind::Waiter(_) => self.waiters += 1,
+            EntryKind::Reservation { deadline_ms } => {
+                self.reservations.insert((*deadline_ms, seq));
+            }
+        }
+        match self.by_owner.get_mut(&entry.owner) {
+            Some(seqs) => seqs.push(seq),
+            None => {
+                self.by_owner.insert(entry.owner.clone(), vec![seq]);
+            }
+        }
+        self.entries.insert(seq, entry);
+    }
+
+    /// Removes the entry `seq`, if present.
+    pub fn remove(&mut self, seq: u64) -> Option<Entry> {
+        let entry = self.entries.remove(&seq)?;
+        match &entry.kind {
+            EntryKind::Waiter(_) => self.waiters -= 1,
+            EntryKind::Reservation { deadline_ms } => {
+                self.reservations.remove(&(*deadline_ms, seq));
+            }
+        }
+        if let Some(seqs) = self.by_owner.get_mut(&entry.owner) {
+            seqs.retain(|s| *s != seq);
+            if seqs.is_empty() {
+                self.by_owner.remove(&entry.owner);
+            }
+        }
+        Some(entry)
+    }
+
+    /// Removes the waiter `id` at `seq`; false if that place holds something else.
+    pub fn remove_waiter(&mut self, seq: u64, id: WaiterId) -> bool {
+        let matches = matches!(
+            self.entries.get(&seq),
+            Some(Entry { kind: EntryKind::Waiter(waiter), .. }) if waiter.id == id
+        );
+        if matches {
+            self.remove(seq);
+        }
+        matches
+    }
+
+    /// Sequence numbers of every entry of `owner`, in order.
+    pub fn seqs_of(&self, owner: &[u8]) -> Vec<u64> {
+        let mut seqs = self.by_owner.get(owner).cloned().unwrap_or_default();
+        seqs.sort_unstable();
+        seqs
+    }
+
+    /// The reservation of `owner`, if it has one.
+    pub fn reservation_of(&self, owner: &[u8]) -> Option<u64> {
+        let seqs = self.by_owner.get(owner)?;
+        seqs.iter().copied().find(|seq| {
+            matches!(
+                self.entries.get(seq),
+                Some(Entry {
+                    kind: EntryKind::Reservation { .. },
+                    ..
+                })
+            )
+        })
+    }
+
+    /// Replaces the entry at `seq` in place (same position in the queue).
+    pub fn replace(&mut self, seq: u64, kind: EntryKind) {
+        if let Some(entry) = self.remove(seq) {
+            self.insert(
+                seq,
+                Entry {
+                    owner: entry.owner,
+                    kind,
+                },
+            );
+        }
+    }
+
+    /// Adds an entry at an explicit position (restoring a saved queue).
+    pub fn restore(&mut self, owner: &[u8], kind: EntryKind) {
+        self.push(owner, kind);
+    }
+
+    /// Removes every waiter, in queue order (the lock value is going away).
+    pub fn take_waiters(&mut self) -> Vec<(Box<[u8]>, Waiter)> {
+        let seqs: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, entry)| matches!(entry.kind, EntryKind::Waiter(_)))
+            .map(|(seq, _)| *seq)
+            .collect();
+        seqs.into_iter()
+            .filter_map(|seq| self.remove(seq))
+            .filter_map(|entry| match entry.kind {
+                EntryKind::Waiter(waiter) => Some((entry.owner, waiter)),
+                EntryKind::Reservation { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The queue without its waiters (what is persisted and copied).
+    pub fn without_waiters(&self) -> Queue {
+        let mut copy = Queue::default();
+        for entry in self.entries.values() {
+            if let EntryKind::Reservation { .. } = entry.kind {
+                copy.push(&entry.owner, entry.kind.clone());
+            }
+        }
+        copy
+    }
+
+    /// Approximate heap bytes, for MEMORY USAGE.
+    pub fn heap_bytes(&self) -> usize {
+        self.entries
+            .values()
+            .map(|entry| 2 * entry.owner.len() + 128)
+            .sum()
+    }
+}

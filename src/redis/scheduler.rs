@@ -1,0 +1,265 @@
+//! Work that must happen without a client asking: lease-expiry and
+//! reservation-expiry hand-offs, waiters re-queued after their lock value was
+//! deleted (DEL, FLUSHALL, eviction, Redis's own expiry), settling a queue a
+//! waiter left, and releasing SESSION holds of closed connections.
+//!
+//! One Redis timer is armed for the earliest due time. Its callback runs on
+//! the main thread with a context that may open keys and replicate, so every
+//! change made here reaches replicas and the AOF like a command's. Timers
+//! also fire on replicas and while loading: nothing is done there (replicas
+//! hold no blocked clients, and their state comes from the master).
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_module::raw;
+
+use super::ffi::{api, Ctx};
+use super::keyspace::{settle, Changes};
+use super::waiters::{self, OrphanGroup, QueuedWaiter};
+use crate::clock;
+use crate::lock::Lock;
+
+/// A context owned by the module for the whole of its life, used to create
+/// timers from places that have none (a value's free callback).
+static TIMER_CONTEXT: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+type Place = (i32, Box<[u8]>);
+
+#[derive(Default)]
+struct Scheduler {
+    /// (when, db, key): look at this lock at or after `when` (ms since epoch).
+    due: BTreeSet<(u64, i32, Box<[u8]>)>,
+    /// The armed timer and the time it fires at.
+    armed: Option<(raw::RedisModuleTimerID, u64)>,
+    /// Waiters of deleted lock values, to re-queue at their key.
+    orphans: Vec<OrphanGroup>,
+    /// Keys each connection holds SESSION locks on.
+    sessions: HashMap<u64, Vec<Place>>,
+    /// Closed connections whose SESSION holds are still to release.
+    closed: Vec<u64>,
+}
+
+thread_local! {
+    static SCHEDULER: RefCell<Scheduler> = RefCell::new(Scheduler::default());
+}
+
+/// Runs `f` on the scheduler; never call Redis inside `f`.
+fn with_scheduler<T>(f: impl FnOnce(&mut Scheduler) -> T) -> Option<T> {
+    SCHEDULER
+        .try_with(|scheduler| scheduler.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+        .ok()
+        .flatten()
+}
+
+/// Keeps a detached context for timers; called once from the module's init.
+pub fn init(ctx: &redis_module::Context) {
+    let detached =
+        api!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
+    TIMER_CONTEXT.store(detached, Ordering::Relaxed);
+}
+
+/// Asks for the lock at `db`/`key` to be looked at when `at_ms` has come.
+pub fn wake_at(at_ms: u64, db: i32, key: &[u8]) {
+    with_scheduler(|scheduler| scheduler.due.insert((at_ms, db, key.into())));
+    arm();
+}
+
+/// Waiters of a lock value being freed: re-queue them at their key soon.
+pub fn adopt_orphans(groups: Vec<OrphanGroup>) {
+    if groups.is_empty() {
+        return;
+    }
+    let now = clock::now_ms();
+    with_scheduler(|scheduler| {
+        for group in &groups {
+            scheduler.due.insert((now, group.db, group.key.clone()));
+        }
+        scheduler.orphans.extend(groups);
+    });
+    arm();
+}
+
+/// Remembers that connection `client` holds a SESSION lock at `db`/`key`.
+pub fn track_session(client: u64, db: i32, key: &[u8]) {
+    with_scheduler(|scheduler| {
+        let places = scheduler.sessions.entry(client).or_default();
+        if !places.iter().any(|(d, k)| *d == db && **k == *key) {
+            places.push((db, key.into()));
+        }
+    });
+}
+
+/// Connection `client` closed: release its SESSION holds soon.
+pub fn client_closed(client: u64) {
+    let tracked = with_scheduler(|scheduler| {
+        let tracked = scheduler.sessions.contains_key(&client);
+        if tracked {
+            scheduler.closed.push(client);
+        }
+        tracked
+    })
+    .unwrap_or(false);
+    if tracked {
+        with_scheduler(|scheduler| scheduler.due.insert((0, 0, Box::default())));
+        arm();
+    }
+}
+
+/// Arms the timer for the earliest due time, if it is not armed already.
+fn arm() {
+    let ctx = TIMER_CONTEXT.load(Ordering::Relaxed);
+    if ctx.is_null() {
+        return;
+    }
+    let Some(next) =
+        with_scheduler(|scheduler| scheduler.due.first().map(|(at, _, _)| *at)).flatten()
+    else {
+        return;
+    };
+    let armed = with_scheduler(|scheduler| scheduler.armed).flatten();
+    if let Some((timer, at)) = armed {
+        if at <= next {
+            return;
+        }
+        api!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()) else 0);
+    }
+    let delay = next.saturating_sub(clock::now_ms());
+    let delay = i64::try_from(delay).unwrap_or(i64::MAX);
+    let timer =
+        api!(RedisModule_CreateTimer(ctx, delay, Some(on_timer), std::ptr::null_mut()) else 0);
+    with_scheduler(|scheduler| scheduler.armed = Some((timer, next)));
+}
+
+unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    with_scheduler(|scheduler| scheduler.armed = None);
+    let ctx = Ctx::from_raw(ctx);
+    let outcome = std::panic::catch_unwind(|| run_due(ctx));
+    if outcome.is_err() {
+        // Drop what failed rather than retrying it forever.
+        with_scheduler(|scheduler| scheduler.due.clear());
+    }
+    arm();
+}
+
+fn run_due(ctx: Ctx) {
+    if !ctx.may_act() {
+        // A replica or a loading server: the master decides. Waiters cannot
+        // exist here (their clients were disconnected on demotion).
+        with_scheduler(|scheduler| {
+            scheduler.due.clear();
+            scheduler.orphans.clear();
+            scheduler.closed.clear();
+        });
+        return;
+    }
+    let now = clock::now_ms();
+    let original_db = ctx.selected_db();
+
+    let closed =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.closed)).unwrap_or_default();
+    for client in closed {
+        let places = with_scheduler(|scheduler| scheduler.sessions.remove(&client))
+            .flatten()
+            .unwrap_or_default();
+        for (db, key) in places {
+            release_session(ctx, client, db, &key, now);
+        }
+    }
+
+    let orphans =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.orphans)).unwrap_or_default();
+    for group in orphans {
+        rehome(ctx, group.db, &group.key, group.waiters, now);
+    }
+
+    loop {
+        let next = with_scheduler(|scheduler| {
+            let first = scheduler.due.first()?.clone();
+            if first.0 > now {
+                return None;
+            }
+            scheduler.due.pop_first()
+        })
+        .flatten();
+        let Some((_, db, key)) = next else {
+            break;
+        };
+        if !key.is_empty() {
+            settle_key(ctx, db, &key, now);
+        }
+    }
+    ctx.select_db(original_db);
+}
+
+/// Hands on, re-arms or deletes the lock at `db`/`key` as its state requires.
+fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
+    if !ctx.select_db(db) {
+        return;
+    }
+    let name = ctx.key_name(key);
+    let Ok(mut lock_key) = ctx.open_lock(name.name(), true) else {
+        return;
+    };
+    if lock_key.lock().is_some() {
+        settle(
+            ctx,
+            name.name(),
+            &mut lock_key,
+            now,
+            Changes::default(),
+            Vec::new(),
+        );
+    }
+}
+
+fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
+    if !ctx.select_db(db) {
+        return;
+    }
+    let name = ctx.key_name(key);
+    let Ok(mut lock_key) = ctx.open_lock(name.name(), true) else {
+        return;
+    };
+    let ended = lock_key
+        .lock_mut()
+        .is_some_and(|lock| lock.end_session(client, now));
+    if ended {
+        let changes = Changes {
+            hold: true,
+            ..Changes::default()
+        };
+        settle(ctx, name.name(), &mut lock_key, now, changes, Vec::new());
+    }
+}
+
+/// Re-queues the waiters of a deleted lock value at their key (a new lock
+/// if the key is empty), then hands the lock to the head.
+fn rehome(ctx: Ctx, db: i32, key: &[u8], entries: Vec<QueuedWaiter>, now: u64) {
+    if !ctx.select_db(db) {
+        waiters::refuse(entries);
+        return;
+    }
+    let name = ctx.key_name(key);
+    let mut lock_key = match ctx.open_lock(name.name(), true) {
+        Ok(lock_key) => lock_key,
+        Err(_) => {
+            waiters::refuse(entries);
+            return;
+        }
+    };
+    if lock_key.lock().is_none() && lock_key.insert(Lock::new()).is_err() {
+        waiters::refuse(entries);
+        return;
+    }
+    if let Some(lock) = lock_key.lock_mut() {
+        waiters::requeue(lock, db, key, entries);
+    }
+    let changes = Changes {
+        queue: true,
+        ..Changes::default()
+    };
+    settle(ctx, name.name(), &mut lock_key, now, changes, Vec::new());
+}

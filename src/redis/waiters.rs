@@ -1,0 +1,324 @@
+//! Blocked clients: the registry of clients waiting in lock queues, and the
+//! Redis callbacks that reply to them, time them out and notice when they
+//! disconnect.
+//!
+//! Life of a waiter: [`block`] queues it in the lock and blocks its client
+//! with Redis's own timeout; then exactly one of these happens, and each
+//! calls `RedisModule_UnblockClient` exactly once:
+//! * a hand-off grants it the lock ([`wake`]): the reply callback sends the grant;
+//! * its timeout passes: the timeout callback takes it out of the queue and replies null;
+//! * its connection closes (or CLIENT KILL, or a role change): the
+//!   disconnect callback takes it out of the queue.
+//!
+//! A grant and a timeout can fall into the same event-loop turn: Redis runs
+//! timeouts first, so the timeout callback checks for a grant already handed
+//! to the client and sends that instead of null.
+//!
+//! All of this runs on Redis's main thread; the registry is a thread-local.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_longlong, c_void};
+
+use redis_module::raw;
+
+use super::ffi::{api, Ctx, KeyName, LockKey};
+use super::scheduler;
+use crate::commands::CommandError;
+use crate::lock::{Lock, Request, Waiter, WaiterGrant, WaiterId};
+
+/// Where a blocked client waits.
+struct Record {
+    handle: *mut raw::RedisModuleBlockedClient,
+    db: i32,
+    key: Box<[u8]>,
+    /// Its position key in the lock's queue.
+    seq: u64,
+}
+
+#[derive(Default)]
+struct Registry {
+    next_id: WaiterId,
+    records: HashMap<WaiterId, Record>,
+    by_handle: HashMap<usize, WaiterId>,
+}
+
+thread_local! {
+    static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
+}
+
+/// Runs `f` on the registry. Never call Redis inside `f`: a Redis call may
+/// free a lock value, whose callback needs the registry again.
+fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> Option<T> {
+    REGISTRY
+        .try_with(|registry| registry.try_borrow_mut().ok().map(|mut r| f(&mut r)))
+        .ok()
+        .flatten()
+}
+
+/// What a woken client is told.
+enum Outcome {
+    Granted {
+        token: u64,
+        holds: u64,
+        owner: Box<[u8]>,
+    },
+    /// The lock went away under it (its key now holds another type).
+    Refused,
+}
+
+/// Whether waiter `id` is still blocked and waiting.
+pub fn is_waiting(id: WaiterId) -> bool {
+    with_registry(|registry| registry.records.contains_key(&id)).unwrap_or(false)
+}
+
+/// Number of blocked clients.
+pub fn blocked_count() -> usize {
+    with_registry(|registry| registry.records.len()).unwrap_or(0)
+}
+
+/// Queues `request` in `key`'s lock and blocks the calling client for up to
+/// `timeout_ms` (0: no timeout).
+pub fn block(
+    ctx: Ctx,
+    name: KeyName,
+    key: &mut LockKey,
+    request: Request<'_>,
+    timeout_ms: u64,
+) -> Result<(), CommandError> {
+    let id = with_registry(|registry| {
+        registry.next_id += 1;
+        registry.next_id
+    })
+    .ok_or(CommandError::BlockFailed)?;
+    let lock = key.lock_mut().ok_or(CommandError::BlockFailed)?;
+    let waiter = Waiter {
+        id,
+        ttl_ms: request.ttl_ms,
+        session: request.session,
+    };
+    let seq = lock.enqueue_waiter(request.owner, waiter);
+    let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
+    let handle = api!(RedisModule_BlockClient(
+        ctx.raw(),
+        Some(reply_callback),
+        Some(timeout_callback),
+        Some(free_reply),
+        timeout
+    ) else std::ptr::null_mut());
+    if handle.is_null() {
+        lock.remove_waiter(seq, id);
+        return Err(CommandError::BlockFailed);
+    }
+    api!(RedisModule_SetDisconnectCallback(handle, Some(disconnect_callback)) else ());
+    let record = Record {
+        handle,
+        db: ctx.selected_db(),
+        key: name.bytes().into(),
+        seq,
+    };
+    with_registry(|registry| {
+        registry.by_handle.insert(handle as usize, id);
+        registry.records.insert(id, record);
+    });
+    Ok(())
+}
+
+/// Unblocks a waiter that was granted the lock.
+pub fn wake(grant: WaiterGrant) {
+    let outcome = Outcome::Granted {
+        token: grant.grant.token,
+        holds: grant.grant.holds,
+        owner: grant.owner,
+    };
+    unblock(grant.waiter, outcome);
+}
+
+fn unblock(id: WaiterId, outcome: Outcome) {
+    let Some(record) = with_registry(|registry| {
+        let record = registry.records.remove(&id)?;
+        registry.by_handle.remove(&(record.handle as usize));
+        Some(record)
+    })
+    .flatten() else {
+        return;
+    };
+    let reply = Box::into_raw(Box::new(outcome)).cast::<c_void>();
+    let status =
+        api!(RedisModule_UnblockClient(record.handle, reply) else raw::REDISMODULE_ERR as c_int);
+    if status != raw::REDISMODULE_OK as c_int {
+        // SAFETY: Redis did not take the reply; we still own it.
+        drop(unsafe { Box::from_raw(reply.cast::<Outcome>()) });
+    }
+}
+
+/// A waiter taken out of a queue, with its owner.
+pub type QueuedWaiter = (Box<[u8]>, Waiter);
+
+/// Waiters of a deleted lock value that waited at the same key.
+pub struct OrphanGroup {
+    pub db: i32,
+    pub key: Box<[u8]>,
+    pub waiters: Vec<QueuedWaiter>,
+}
+
+/// Where each waiter of a dying lock value waited: groups by key, in queue order.
+pub fn locate(waiters: Vec<QueuedWaiter>) -> Vec<OrphanGroup> {
+    let mut groups: Vec<OrphanGroup> = Vec::new();
+    for (owner, waiter) in waiters {
+        let place = with_registry(|registry| {
+            registry
+                .records
+                .get(&waiter.id)
+                .map(|record| (record.db, record.key.clone()))
+        })
+        .flatten();
+        let Some((db, key)) = place else {
+            continue;
+        };
+        match groups.last_mut() {
+            Some(group) if group.db == db && group.key == key => {
+                group.waiters.push((owner, waiter));
+            }
+            _ => groups.push(OrphanGroup {
+                db,
+                key,
+                waiters: vec![(owner, waiter)],
+            }),
+        }
+    }
+    groups
+}
+
+/// Re-queues waiters whose lock value was deleted into `lock` (in order),
+/// now living at `db`/`key`.
+pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>) {
+    for (owner, waiter) in waiters {
+        let id = waiter.id;
+        if !is_waiting(id) {
+            continue;
+        }
+        let seq = lock.enqueue_waiter(&owner, waiter);
+        with_registry(|registry| {
+            if let Some(record) = registry.records.get_mut(&id) {
+                record.db = db;
+                record.key = key.into();
+                record.seq = seq;
+            }
+        });
+    }
+}
+
+/// Unblocks waiters whose lock can no longer exist (the key now holds
+/// another type) with a null reply.
+pub fn refuse(waiters: Vec<QueuedWaiter>) {
+    for (_, waiter) in waiters {
+        unblock(waiter.id, Outcome::Refused);
+    }
+}
+
+/// A waiter left (timeout, disconnect): takes it out of its queue and
+/// releases Redis's handle. Returns false if it was no longer waiting.
+fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> bool {
+    let Some((id, record)) = with_registry(|registry| {
+        let id = registry.by_handle.remove(&(handle as usize))?;
+        registry.records.remove(&id).map(|record| (id, record))
+    })
+    .flatten() else {
+        return false;
+    };
+    let previous_db = ctx.selected_db();
+    if ctx.select_db(record.db) {
+        let name = ctx.key_name(&record.key);
+        if let Ok(mut key) = ctx.open_lock(name.name(), true) {
+            if let Some(lock) = key.lock_mut() {
+                lock.remove_waiter(record.seq, id);
+            }
+        }
+        ctx.select_db(previous_db);
+    }
+    // The queue changed: let the scheduler settle the key (delete it if
+    // vacant, hand it on) where propagation is safe.
+    scheduler::wake_at(crate::clock::now_ms(), record.db, &record.key);
+    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
+    true
+}
+
+fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
+    match outcome {
+        Outcome::Granted {
+            token,
+            holds,
+            owner,
+        } => {
+            ctx.reply_array(3);
+            ctx.reply_count(*token);
+            ctx.reply_count(*holds);
+            ctx.reply_bulk(owner);
+        }
+        Outcome::Refused => ctx.reply_null(),
+    }
+}
+
+/// The outcome handed to `UnblockClient`, if any.
+fn handed_outcome<'a>(ctx: Ctx) -> Option<&'a Outcome> {
+    let data = api!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else std::ptr::null_mut());
+    // SAFETY: the only private data we hand to UnblockClient is a
+    // Box<Outcome>, which Redis keeps until free_reply runs.
+    unsafe { data.cast::<Outcome>().as_ref() }
+}
+
+extern "C" fn reply_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ctx = Ctx::from_raw(ctx);
+    let replied = std::panic::catch_unwind(|| match handed_outcome(ctx) {
+        Some(outcome) => reply_outcome(ctx, outcome),
+        None => ctx.reply_null(),
+    });
+    if replied.is_err() {
+        ctx.reply_error(c"ERR dlock internal error while replying to a waiter");
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn timeout_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ctx = Ctx::from_raw(ctx);
+    let replied = std::panic::catch_unwind(|| {
+        if let Some(outcome) = handed_outcome(ctx) {
+            // Granted in this same event-loop turn, before the timeout ran.
+            reply_outcome(ctx, outcome);
+            return;
+        }
+        let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
+        if !handle.is_null() {
+            depart(ctx, handle);
+        }
+        ctx.reply_null();
+    });
+    if replied.is_err() {
+        ctx.reply_null();
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn disconnect_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    handle: *mut raw::RedisModuleBlockedClient,
+) {
+    let ctx = Ctx::from_raw(ctx);
+    let _ = std::panic::catch_unwind(|| depart(ctx, handle));
+}
+
+extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
+        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+    }
+}
