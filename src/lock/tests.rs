@@ -285,3 +285,256 @@ proptest! {
         }
     }
 }
+
+/// Operations on a lock with a queue, as the Redis adapter drives it.
+#[derive(Clone, Debug)]
+enum QueueOp {
+    Acquire {
+        owner: usize,
+        ttl: u64,
+    },
+    Block {
+        owner: usize,
+        ttl: u64,
+    },
+    Fair {
+        owner: usize,
+        ttl: u64,
+    },
+    Release {
+        owner: usize,
+    },
+    Renew {
+        owner: usize,
+        ttl: u64,
+    },
+    /// The n-th queued waiter leaves (timeout or disconnect).
+    Leave {
+        nth: usize,
+    },
+    Wait {
+        ms: u64,
+    },
+}
+
+fn queue_op() -> impl Strategy<Value = QueueOp> {
+    prop_oneof![
+        (0..4usize, 1..60u64).prop_map(|(owner, ttl)| QueueOp::Acquire { owner, ttl }),
+        (0..4usize, 1..60u64).prop_map(|(owner, ttl)| QueueOp::Block { owner, ttl }),
+        (0..4usize, 1..60u64).prop_map(|(owner, ttl)| QueueOp::Fair { owner, ttl }),
+        (0..4usize).prop_map(|owner| QueueOp::Release { owner }),
+        (0..4usize, 1..60u64).prop_map(|(owner, ttl)| QueueOp::Renew { owner, ttl }),
+        (0..8usize).prop_map(|nth| QueueOp::Leave { nth }),
+        (0..50u64).prop_map(|ms| QueueOp::Wait { ms }),
+    ]
+}
+
+const QUEUE_OWNERS: [&[u8]; 4] = [b"w", b"x", b"y", b"z"];
+const RESERVATION_MS: u64 = 30;
+
+/// An independent model of the queue: entries in arrival order.
+#[derive(Clone, Debug, PartialEq)]
+enum Place {
+    Waiter {
+        owner: usize,
+        id: WaiterId,
+        seq: u64,
+    },
+    Reserved {
+        owner: usize,
+        deadline: u64,
+    },
+}
+
+impl Place {
+    fn owner(&self) -> usize {
+        match self {
+            Place::Waiter { owner, .. } | Place::Reserved { owner, .. } => *owner,
+        }
+    }
+}
+
+struct QueueModel {
+    places: Vec<Place>,
+    last_new_token: u64,
+}
+
+impl QueueModel {
+    fn drop_expired(&mut self, now: u64) {
+        self.places
+            .retain(|p| !matches!(p, Place::Reserved { deadline, .. } if *deadline < now));
+    }
+
+    /// Checks a new hold granted to `owner` (through waiter `via`, or
+    /// directly) against FIFO and no-barging, then removes the owner's
+    /// places; returns the waiter ids that must have been woken as re-entries.
+    fn grant(
+        &mut self,
+        owner: usize,
+        via: Option<WaiterId>,
+        token: u64,
+    ) -> Result<Vec<WaiterId>, TestCaseError> {
+        prop_assert!(token > self.last_new_token, "tokens strictly increase");
+        self.last_new_token = token;
+        match (self.places.first(), via) {
+            (Some(Place::Waiter { id, .. }), Some(via)) => prop_assert_eq!(*id, via, "FIFO"),
+            (None, None) => {}
+            (Some(Place::Reserved { owner: head, .. }), None) => {
+                prop_assert_eq!(
+                    *head,
+                    owner,
+                    "only the reserving owner takes a reserved lock"
+                )
+            }
+            (head, via) => prop_assert!(false, "grant via {:?} with head {:?}", via, head),
+        }
+        if let Some(via) = via {
+            self.places
+                .retain(|p| !matches!(p, Place::Waiter { id, .. } if *id == via));
+        }
+        let mut reentries = Vec::new();
+        self.places.retain(|p| {
+            if p.owner() != owner {
+                return true;
+            }
+            if let Place::Waiter { id, .. } = p {
+                reentries.push(*id);
+            }
+            false
+        });
+        Ok(reentries)
+    }
+}
+
+fn check_woken(
+    model: &mut QueueModel,
+    owner_of: &dyn Fn(WaiterId) -> usize,
+    woken: &[WaiterGrant],
+) -> Result<(), TestCaseError> {
+    let mut expected_reentries: Vec<WaiterId> = Vec::new();
+    for grant in woken {
+        if grant.grant.reentry {
+            prop_assert!(
+                expected_reentries.contains(&grant.waiter),
+                "unexpected re-entry grant"
+            );
+            expected_reentries.retain(|id| *id != grant.waiter);
+        } else {
+            prop_assert!(
+                expected_reentries.is_empty(),
+                "re-entries follow their new hold"
+            );
+            let owner = owner_of(grant.waiter);
+            expected_reentries = model.grant(owner, Some(grant.waiter), grant.grant.token)?;
+        }
+    }
+    prop_assert!(
+        expected_reentries.is_empty(),
+        "same-owner waiters not granted"
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    #[test]
+    fn queue_grants_only_the_head_in_fifo_order(ops in prop::collection::vec(queue_op(), 1..150)) {
+        let mut lock = Lock::new();
+        let mut tokens = TokenCounter::default();
+        let mut now = 1_000u64;
+        let mut next_waiter: WaiterId = 0;
+        let mut owners: std::collections::HashMap<WaiterId, usize> = Default::default();
+        let mut model = QueueModel { places: Vec::new(), last_new_token: 0 };
+
+        for op in ops {
+            model.drop_expired(now);
+            let mut woken: Vec<WaiterGrant> = Vec::new();
+            match op {
+                QueueOp::Acquire { owner, ttl } | QueueOp::Block { owner, ttl } | QueueOp::Fair { owner, ttl } => {
+                    let request = Request { owner: QUEUE_OWNERS[owner], ttl_ms: ttl, session: None };
+                    let held_before = lock.live_hold(now).map(|h| (h.owner.clone(), h.token));
+                    let acquired = lock.acquire(request, now, || tokens.issue(now), |_| true);
+                    match acquired.grant {
+                        Some(grant) if grant.reentry => {
+                            let (held_by, token) = held_before.clone().expect("re-entry needs a holder");
+                            prop_assert_eq!(&*held_by, QUEUE_OWNERS[owner]);
+                            prop_assert_eq!(grant.token, token);
+                        }
+                        Some(grant) => {
+                            prop_assert!(held_before.is_none(), "granted while held");
+                            let reentries = model.grant(owner, None, grant.token)?;
+                            let woken_ids: Vec<WaiterId> = acquired.woken.iter().map(|w| w.waiter).collect();
+                            prop_assert_eq!(woken_ids, reentries);
+                        }
+                        None => {
+                            let free = held_before.is_none();
+                            if free {
+                                prop_assert!(!model.places.is_empty(), "refused a free lock with an empty queue");
+                            }
+                            match op {
+                                QueueOp::Block { .. } => {
+                                    next_waiter += 1;
+                                    let id = next_waiter;
+                                    owners.insert(id, owner);
+                                    let seq = lock.enqueue_waiter(QUEUE_OWNERS[owner], Waiter { id, ttl_ms: ttl, session: None });
+                                    let place = Place::Waiter { owner, id, seq };
+                                    match model.places.iter().position(|p| matches!(p, Place::Reserved { owner: o, .. } if *o == owner)) {
+                                        Some(index) => model.places[index] = place,
+                                        None => model.places.push(place),
+                                    }
+                                }
+                                QueueOp::Fair { .. } => {
+                                    let deadline = now + RESERVATION_MS;
+                                    lock.reserve(QUEUE_OWNERS[owner], deadline);
+                                    let place = Place::Reserved { owner, deadline };
+                                    match model.places.iter().position(|p| matches!(p, Place::Reserved { owner: o, .. } if *o == owner)) {
+                                        Some(index) => model.places[index] = place,
+                                        None => model.places.push(place),
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                QueueOp::Release { owner } => {
+                    let _ = lock.release(QUEUE_OWNERS[owner], now);
+                }
+                QueueOp::Renew { owner, ttl } => {
+                    let _ = lock.renew(QUEUE_OWNERS[owner], ttl, now);
+                }
+                QueueOp::Leave { nth } => {
+                    let waiters: Vec<(WaiterId, u64)> = model.places.iter().filter_map(|p| match p {
+                        Place::Waiter { id, seq, .. } => Some((*id, *seq)),
+                        Place::Reserved { .. } => None,
+                    }).collect();
+                    if let Some((id, seq)) = waiters.get(nth).copied() {
+                        prop_assert!(lock.remove_waiter(seq, id));
+                        model.places.retain(|p| !matches!(p, Place::Waiter { id: i, .. } if *i == id));
+                    }
+                }
+                QueueOp::Wait { ms } => now += ms,
+            }
+
+            // What the adapter does after every change.
+            model.drop_expired(now);
+            woken.extend(lock.hand_off(now, || tokens.issue(now), |_| true));
+            check_woken(&mut model, &|id| owners[&id], &woken)?;
+
+            // No barging can follow: a free lock is never headed by a waiter.
+            if lock.live_hold(now).is_none() {
+                let head = lock.queue().live_entries(now).next().map(|e| e.kind.clone());
+                prop_assert!(!matches!(head, Some(EntryKind::Waiter(_))), "a waiter heads a free lock");
+            }
+            let queued: Vec<&[u8]> = lock.queue().live_entries(now).map(|e| &*e.owner).collect();
+            let expected: Vec<&[u8]> = model.places.iter().map(|p| QUEUE_OWNERS[p.owner()]).collect();
+            prop_assert_eq!(queued, expected, "queue order");
+            prop_assert_eq!(lock.waiting(now), model.places.len());
+            if let Some(hold) = lock.live_hold(now) {
+                let holder = QUEUE_OWNERS.iter().position(|o| **o == *hold.owner).unwrap();
+                prop_assert!(model.places.iter().all(|p| p.owner() != holder), "the holder is still queued");
+            }
+        }
+    }
+}
