@@ -27,7 +27,7 @@ use super::{CommandError, CommandResult};
 use crate::clock;
 use crate::lock::{Grant, Lock, Request};
 use crate::redis::keyspace::{settle, Changes};
-use crate::redis::{tokens, waiters, Argv, Ctx, KeyName};
+use crate::redis::{scheduler, tokens, waiters, Argv, Ctx, KeyName};
 
 /// Length of a generated owner: a hyphenated UUID.
 const GENERATED_OWNER_LEN: usize = 36;
@@ -91,6 +91,7 @@ impl<'a> Acquire<'a> {
             session: self.session.then(|| ctx.client_id()),
         };
         let mut key = ctx.open_lock(name, true)?;
+        scheduler::adopt_orphans_at(ctx, name, &mut key);
         let now_ms = clock::now_ms();
         let lock = match key.lock_mut() {
             Some(lock) => lock,

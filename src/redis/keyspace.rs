@@ -53,11 +53,14 @@ pub fn settle(
         ctx.replicate_delete(name);
         return;
     }
+    let wakeup_at = lock.wakeup_at(now_ms);
     if !changes.any() && woken.is_empty() {
+        if let Some(at) = wakeup_at {
+            scheduler::wake_at(at, ctx.selected_db(), name.bytes());
+        }
         return;
     }
     let expire_at = lock.expire_at(now_ms);
-    let wakeup_at = lock.wakeup_at(now_ms);
     let session = lock.live_hold(now_ms).and_then(|hold| hold.session);
     if let Some((owner, deadline_ms)) = changes.reserved {
         ctx.replicate_reserve(name, owner, deadline_ms);

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-use super::ffi::{api, Ctx};
+use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{settle, Changes};
 use super::waiters::{self, OrphanGroup, QueuedWaiter};
 use crate::clock;
@@ -32,6 +32,9 @@ type Place = (i32, Box<[u8]>);
 struct Scheduler {
     /// (when, db, key): look at this lock at or after `when` (ms since epoch).
     due: BTreeSet<(u64, i32, Box<[u8]>)>,
+    /// The pending wake-up of each key in `due` (one per key: a key woken
+    /// early is settled and re-scheduled for its next moment then).
+    pending: HashMap<i32, HashMap<Box<[u8]>, u64>>,
     /// The armed timer and the time it fires at.
     armed: Option<(raw::RedisModuleTimerID, u64)>,
     /// Waiters of deleted lock values, to re-queue at their key.
@@ -40,6 +43,52 @@ struct Scheduler {
     sessions: HashMap<u64, Vec<Place>>,
     /// Closed connections whose SESSION holds are still to release.
     closed: Vec<u64>,
+}
+
+impl Scheduler {
+    fn schedule(&mut self, at: u64, db: i32, key: &[u8]) {
+        let keys = self.pending.entry(db).or_default();
+        match keys.get_mut(key) {
+            Some(pending) if *pending <= at => {}
+            Some(pending) => {
+                self.due.remove(&(*pending, db, key.into()));
+                *pending = at;
+                self.due.insert((at, db, key.into()));
+            }
+            None => {
+                keys.insert(key.into(), at);
+                self.due.insert((at, db, key.into()));
+            }
+        }
+    }
+
+    /// The next due key, removed from the schedule.
+    fn pop_due(&mut self, now: u64) -> Option<Place> {
+        let (at, _, _) = self.due.first()?;
+        if *at > now {
+            return None;
+        }
+        let (_, db, key) = self.due.pop_first()?;
+        if let Some(keys) = self.pending.get_mut(&db) {
+            keys.remove(&key);
+        }
+        Some((db, key))
+    }
+
+    /// When the timer must next fire.
+    fn next_due(&self, now: u64) -> Option<u64> {
+        let urgent = !self.orphans.is_empty() || !self.closed.is_empty();
+        let first = self.due.first().map(|(at, _, _)| *at);
+        if urgent {
+            Some(now)
+        } else {
+            first
+        }
+    }
+
+    fn has_work(&self, now: u64) -> bool {
+        self.next_due(now).is_some_and(|at| at <= now)
+    }
 }
 
 thread_local! {
@@ -63,7 +112,7 @@ pub fn init(ctx: &redis_module::Context) {
 
 /// Asks for the lock at `db`/`key` to be looked at when `at_ms` has come.
 pub fn wake_at(at_ms: u64, db: i32, key: &[u8]) {
-    with_scheduler(|scheduler| scheduler.due.insert((at_ms, db, key.into())));
+    with_scheduler(|scheduler| scheduler.schedule(at_ms, db, key));
     arm();
 }
 
@@ -72,14 +121,40 @@ pub fn adopt_orphans(groups: Vec<OrphanGroup>) {
     if groups.is_empty() {
         return;
     }
-    let now = clock::now_ms();
-    with_scheduler(|scheduler| {
-        for group in &groups {
-            scheduler.due.insert((now, group.db, group.key.clone()));
-        }
-        scheduler.orphans.extend(groups);
-    });
+    with_scheduler(|scheduler| scheduler.orphans.extend(groups));
     arm();
+}
+
+/// Re-queues, at once, the orphaned waiters that waited at `name` (the
+/// value under them was just deleted, e.g. by Redis expiring the key as this
+/// command opened it), so that nobody takes the lock ahead of them.
+pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
+    let db = ctx.selected_db();
+    let waiting: Vec<QueuedWaiter> = match with_scheduler(|scheduler| {
+        if scheduler.orphans.is_empty() {
+            return Vec::new();
+        }
+        let mut taken = Vec::new();
+        scheduler.orphans.retain_mut(|group| {
+            if group.db == db && *group.key == *name.bytes() {
+                taken.append(&mut group.waiters);
+                false
+            } else {
+                true
+            }
+        });
+        taken
+    }) {
+        Some(waiting) if !waiting.is_empty() => waiting,
+        _ => return,
+    };
+    if key.lock().is_none() && key.insert(Lock::new()).is_err() {
+        waiters::refuse(waiting);
+        return;
+    }
+    if let Some(lock) = key.lock_mut() {
+        waiters::requeue(lock, db, name.bytes(), waiting);
+    }
 }
 
 /// Remembers that connection `client` holds a SESSION lock at `db`/`key`.
@@ -103,7 +178,6 @@ pub fn client_closed(client: u64) {
     })
     .unwrap_or(false);
     if tracked {
-        with_scheduler(|scheduler| scheduler.due.insert((0, 0, Box::default())));
         arm();
     }
 }
@@ -114,9 +188,8 @@ fn arm() {
     if ctx.is_null() {
         return;
     }
-    let Some(next) =
-        with_scheduler(|scheduler| scheduler.due.first().map(|(at, _, _)| *at)).flatten()
-    else {
+    let now = clock::now_ms();
+    let Some(next) = with_scheduler(|scheduler| scheduler.next_due(now)).flatten() else {
         return;
     };
     let armed = with_scheduler(|scheduler| scheduler.armed).flatten();
@@ -126,7 +199,7 @@ fn arm() {
         }
         api!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()) else 0);
     }
-    let delay = next.saturating_sub(clock::now_ms());
+    let delay = next.saturating_sub(now);
     let delay = i64::try_from(delay).unwrap_or(i64::MAX);
     let timer =
         api!(RedisModule_CreateTimer(ctx, delay, Some(on_timer), std::ptr::null_mut()) else 0);
@@ -139,7 +212,10 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     let outcome = std::panic::catch_unwind(|| run_due(ctx));
     if outcome.is_err() {
         // Drop what failed rather than retrying it forever.
-        with_scheduler(|scheduler| scheduler.due.clear());
+        with_scheduler(|scheduler| {
+            scheduler.due.clear();
+            scheduler.pending.clear();
+        });
     }
     arm();
 }
@@ -150,14 +226,26 @@ fn run_due(ctx: Ctx) {
         // exist here (their clients were disconnected on demotion).
         with_scheduler(|scheduler| {
             scheduler.due.clear();
+            scheduler.pending.clear();
             scheduler.orphans.clear();
             scheduler.closed.clear();
         });
         return;
     }
-    let now = clock::now_ms();
     let original_db = ctx.selected_db();
+    // Settling a key can orphan waiters (Redis expires the key as it is
+    // opened); run again until nothing due is left, within reason.
+    for _round in 0..8 {
+        let now = clock::now_ms();
+        run_round(ctx, now);
+        if !with_scheduler(|scheduler| scheduler.has_work(now)).unwrap_or(false) {
+            break;
+        }
+    }
+    ctx.select_db(original_db);
+}
 
+fn run_round(ctx: Ctx, now: u64) {
     let closed =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.closed)).unwrap_or_default();
     for client in closed {
@@ -175,23 +263,9 @@ fn run_due(ctx: Ctx) {
         rehome(ctx, group.db, &group.key, group.waiters, now);
     }
 
-    loop {
-        let next = with_scheduler(|scheduler| {
-            let first = scheduler.due.first()?.clone();
-            if first.0 > now {
-                return None;
-            }
-            scheduler.due.pop_first()
-        })
-        .flatten();
-        let Some((_, db, key)) = next else {
-            break;
-        };
-        if !key.is_empty() {
-            settle_key(ctx, db, &key, now);
-        }
+    while let Some((db, key)) = with_scheduler(|scheduler| scheduler.pop_due(now)).flatten() {
+        settle_key(ctx, db, &key, now);
     }
-    ctx.select_db(original_db);
 }
 
 /// Hands on, re-arms or deletes the lock at `db`/`key` as its state requires.
