@@ -16,7 +16,7 @@ pub mod redis;
 mod module {
     use crate::commands::fair::FAIR_RESERVATION_MS;
     use crate::redis::datatype::{self, LOCK_TYPE};
-    use crate::redis::{events, registry, scheduler};
+    use crate::redis::{events, registry, scheduler, stats};
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
 
@@ -25,6 +25,10 @@ mod module {
         scheduler::init(ctx);
         if let Err(name) = registry::register_commands(ctx) {
             ctx.log_warning(&format!("dlock: failed to register {name:?}"));
+            return Status::Err;
+        }
+        if !stats::register_info(ctx) {
+            ctx.log_warning("dlock: failed to register the INFO section");
             return Status::Err;
         }
         if !events::subscribe(ctx) {

@@ -27,6 +27,7 @@ use super::{CommandError, CommandResult};
 use crate::clock;
 use crate::lock::{Grant, Lock, Request};
 use crate::redis::keyspace::{settle, Changes};
+use crate::redis::stats::{self, Event};
 use crate::redis::{scheduler, tokens, waiters, Argv, Ctx, KeyName};
 
 /// Length of a generated owner: a hyphenated UUID.
@@ -103,6 +104,12 @@ impl<'a> Acquire<'a> {
                 hold: true,
                 ..Changes::default()
             };
+            let event = if grant.reentry {
+                Event::Reenter
+            } else {
+                Event::Acquire
+            };
+            stats::record(ctx, event, name);
             settle(ctx, name, &mut key, now_ms, changes, acquired.woken);
             reply_grant(ctx, grant, owner);
             return Ok(());
@@ -121,6 +128,7 @@ impl<'a> Acquire<'a> {
             Fallback::Reserve { for_ms } => {
                 let deadline_ms = now_ms.saturating_add(for_ms);
                 lock.reserve(owner, deadline_ms);
+                stats::record(ctx, Event::Reserve, name);
                 Changes {
                     reserved: Some((owner, deadline_ms)),
                     ..Changes::default()

@@ -14,6 +14,7 @@ use super::parser::{parse_owner, ArgCursor, ArgSource};
 use super::{CommandError, CommandResult};
 use crate::clock;
 use crate::redis::keyspace::{settle, Changes};
+use crate::redis::stats::{self, Event};
 use crate::redis::{Argv, Ctx, KeyName};
 
 /// A parsed DLOCK.RELEASE.
@@ -45,6 +46,7 @@ impl<'a> Release<'a> {
             hold: true,
             ..Changes::default()
         };
+        stats::record(ctx, Event::Release, name);
         settle(ctx, name, &mut key, now_ms, changes, Vec::new());
         ctx.reply_count(remaining);
         Ok(())

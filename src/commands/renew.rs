@@ -13,6 +13,7 @@ use super::parser::{parse_owner, ArgCursor, ArgSource};
 use super::{CommandError, CommandResult};
 use crate::clock;
 use crate::redis::keyspace::{settle, Changes};
+use crate::redis::stats::{self, Event};
 use crate::redis::{Argv, Ctx, KeyName};
 
 /// A parsed DLOCK.RENEW.
@@ -46,6 +47,7 @@ impl<'a> Renew<'a> {
             hold: true,
             ..Changes::default()
         };
+        stats::record(ctx, Event::Renew, name);
         settle(ctx, name, &mut key, now_ms, changes, Vec::new());
         ctx.reply_count(token);
         Ok(())

@@ -11,7 +11,7 @@
 mod queue;
 mod token;
 
-pub use queue::{Entry, EntryKind, Queue, Waiter, WaiterId};
+pub use queue::{stored_reservations, Entry, EntryKind, Queue, Waiter, WaiterId};
 pub use token::{TokenCounter, MAX_TOKEN};
 
 /// A ttl must be below this (2^53 ms): larger leases would overflow the

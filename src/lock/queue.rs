@@ -8,6 +8,15 @@
 //! found without a scan).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Reservations stored in every queue of this process (for `INFO dlock`).
+static STORED_RESERVATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Reservations stored in every queue, live or not yet dropped.
+pub fn stored_reservations() -> u64 {
+    STORED_RESERVATIONS.load(Ordering::Relaxed)
+}
 
 /// Identifies a blocked client in the adapter's registry.
 pub type WaiterId = u64;
@@ -40,7 +49,7 @@ pub struct Entry {
 }
 
 /// The FIFO of one lock.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Queue {
     entries: BTreeMap<u64, Entry>,
     next_seq: u64,
@@ -49,6 +58,25 @@ pub struct Queue {
     /// seqs of every entry, per owner.
     by_owner: HashMap<Box<[u8]>, Vec<u64>>,
     waiters: usize,
+}
+
+impl Clone for Queue {
+    fn clone(&self) -> Self {
+        STORED_RESERVATIONS.fetch_add(self.reservations.len() as u64, Ordering::Relaxed);
+        Self {
+            entries: self.entries.clone(),
+            next_seq: self.next_seq,
+            reservations: self.reservations.clone(),
+            by_owner: self.by_owner.clone(),
+            waiters: self.waiters,
+        }
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        STORED_RESERVATIONS.fetch_sub(self.reservations.len() as u64, Ordering::Relaxed);
+    }
 }
 
 impl Queue {
@@ -130,6 +158,7 @@ impl Queue {
             EntryKind::Waiter(_) => self.waiters += 1,
             EntryKind::Reservation { deadline_ms } => {
                 self.reservations.insert((*deadline_ms, seq));
+                STORED_RESERVATIONS.fetch_add(1, Ordering::Relaxed);
             }
         }
         match self.by_owner.get_mut(&entry.owner) {
@@ -148,6 +177,7 @@ impl Queue {
             EntryKind::Waiter(_) => self.waiters -= 1,
             EntryKind::Reservation { deadline_ms } => {
                 self.reservations.remove(&(*deadline_ms, seq));
+                STORED_RESERVATIONS.fetch_sub(1, Ordering::Relaxed);
             }
         }
         if let Some(seqs) = self.by_owner.get_mut(&entry.owner) {

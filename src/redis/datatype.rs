@@ -21,6 +21,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::ffi::api;
+use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
 use crate::lock::{EntryKind, Hold, Lock, MAX_OWNER_LEN, MAX_TOKEN};
 
@@ -261,7 +262,14 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
     let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
-    if lock.queue().waiter_count() == 0 || !on_main_thread() {
+    let now = crate::clock::now_ms();
+    let lease_expired = lock.stored_hold().is_some_and(|hold| !hold.is_live(now));
+    let has_waiters = lock.queue().waiter_count() > 0;
+    if lease_expired && !has_waiters {
+        // Redis expired the key (or it was deleted after its lease ended).
+        stats::count(Event::Expire);
+    }
+    if !has_waiters || !on_main_thread() {
         // (An asynchronous FLUSHALL frees on a background thread, where the
         // main thread's registries must not be touched; its waiters then end
         // at their timeout.)
@@ -271,7 +279,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // they are re-queued at the same key and the head is granted, by a timer
     // (no key may be touched while Redis is freeing one).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let groups = waiters::locate(lock.take_waiters());
+        let groups = waiters::locate(lock.take_waiters(), lease_expired);
         scheduler::adopt_orphans(groups);
     }));
 }

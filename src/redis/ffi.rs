@@ -241,6 +241,10 @@ pub struct KeyName {
 }
 
 impl KeyName {
+    pub(crate) fn raw_string(self) -> *mut raw::RedisModuleString {
+        self.raw
+    }
+
     /// The name's bytes (valid while the name is).
     pub fn bytes(&self) -> &[u8] {
         string_bytes(self.raw)

@@ -2,6 +2,7 @@
 //! lock's state into Redis state.
 
 use super::ffi::{Ctx, KeyName, LockKey};
+use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
 use crate::lock::WaiterGrant;
 
@@ -43,10 +44,22 @@ pub fn settle(
     let Some(lock) = key.lock_mut() else {
         return;
     };
+    let expired = lock.stored_hold().is_some_and(|hold| !hold.is_live(now_ms));
     let handed = lock.hand_off(now_ms, tokens::issue, waiters::is_waiting);
+    if expired {
+        stats::record(ctx, Event::Expire, name);
+    }
     if !handed.is_empty() {
         changes.hold = true;
         woken.extend(handed);
+    }
+    for grant in &woken {
+        let event = if grant.grant.reentry {
+            Event::Reenter
+        } else {
+            Event::Handoff
+        };
+        stats::record(ctx, event, name);
     }
     if lock.is_vacant(now_ms) {
         key.delete();

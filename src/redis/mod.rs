@@ -2,12 +2,14 @@
 //! clients, timers, events and replication. All `unsafe` code of the crate
 //! lives here, mostly in [`ffi`].
 
+mod command_info;
 pub mod datatype;
 pub mod events;
 mod ffi;
 pub mod keyspace;
 pub mod registry;
 pub mod scheduler;
+pub mod stats;
 pub mod tokens;
 pub mod waiters;
 

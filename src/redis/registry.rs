@@ -9,6 +9,7 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
+use super::command_info;
 use super::ffi::{api, Argv, Ctx};
 use crate::commands::{acquire, fair, info, release, renew, setstate, CommandResult};
 
@@ -110,6 +111,11 @@ pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CSt
         ) else raw::REDISMODULE_ERR as c_int);
         if status != raw::REDISMODULE_OK as c_int {
             return Err(command.name);
+        }
+    }
+    for info in command_info::COMMAND_INFO {
+        if !command_info::register(ctx, info) {
+            return Err(info.name);
         }
     }
     Ok(())

@@ -18,6 +18,7 @@ use redis_module::raw;
 
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{settle, Changes};
+use super::stats::{self, Event};
 use super::waiters::{self, OrphanGroup, QueuedWaiter};
 use crate::clock;
 use crate::lock::Lock;
@@ -259,8 +260,8 @@ fn run_round(ctx: Ctx, now: u64) {
 
     let orphans =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.orphans)).unwrap_or_default();
-    for group in orphans {
-        rehome(ctx, group.db, &group.key, group.waiters, now);
+    for group in &orphans {
+        rehome(ctx, &group, now);
     }
 
     while let Some((db, key)) = with_scheduler(|scheduler| scheduler.pop_due(now)).flatten() {
@@ -301,6 +302,7 @@ fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
         .lock_mut()
         .is_some_and(|lock| lock.end_session(client, now));
     if ended {
+        stats::record(ctx, Event::Release, name.name());
         let changes = Changes {
             hold: true,
             ..Changes::default()
@@ -311,7 +313,8 @@ fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
 
 /// Re-queues the waiters of a deleted lock value at their key (a new lock
 /// if the key is empty), then hands the lock to the head.
-fn rehome(ctx: Ctx, db: i32, key: &[u8], entries: Vec<QueuedWaiter>, now: u64) {
+fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
+    let (db, key, entries) = (group.db, &group.key, group.waiters.clone());
     if !ctx.select_db(db) {
         waiters::refuse(entries);
         return;
@@ -330,6 +333,9 @@ fn rehome(ctx: Ctx, db: i32, key: &[u8], entries: Vec<QueuedWaiter>, now: u64) {
     }
     if let Some(lock) = lock_key.lock_mut() {
         waiters::requeue(lock, db, key, entries);
+    }
+    if group.lease_expired {
+        stats::record(ctx, Event::Expire, name.name());
     }
     let changes = Changes {
         queue: true,

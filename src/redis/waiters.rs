@@ -24,6 +24,7 @@ use redis_module::raw;
 
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::scheduler;
+use super::stats::{self, Event};
 use crate::commands::CommandError;
 use crate::lock::{Lock, Request, Waiter, WaiterGrant, WaiterId};
 
@@ -160,10 +161,12 @@ pub struct OrphanGroup {
     pub db: i32,
     pub key: Box<[u8]>,
     pub waiters: Vec<QueuedWaiter>,
+    /// The value went away because its lease had ended (Redis expired it).
+    pub lease_expired: bool,
 }
 
 /// Where each waiter of a dying lock value waited: groups by key, in queue order.
-pub fn locate(waiters: Vec<QueuedWaiter>) -> Vec<OrphanGroup> {
+pub fn locate(waiters: Vec<QueuedWaiter>, lease_expired: bool) -> Vec<OrphanGroup> {
     let mut groups: Vec<OrphanGroup> = Vec::new();
     for (owner, waiter) in waiters {
         let place = with_registry(|registry| {
@@ -184,6 +187,7 @@ pub fn locate(waiters: Vec<QueuedWaiter>) -> Vec<OrphanGroup> {
                 db,
                 key,
                 waiters: vec![(owner, waiter)],
+                lease_expired,
             }),
         }
     }
@@ -297,8 +301,8 @@ extern "C" fn timeout_callback(
             return;
         }
         let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
-        if !handle.is_null() {
-            depart(ctx, handle);
+        if !handle.is_null() && depart(ctx, handle) {
+            stats::count(Event::Timeout);
         }
         ctx.reply_null();
     });

@@ -1,0 +1,187 @@
+//! Command metadata for COMMAND DOCS / COMMAND INFO / redis-cli hints and
+//! precise key specs (read-only for DLOCK.INFO, read-write for the writers),
+//! registered with `RedisModule_SetCommandInfo` (Redis 7.0+), which copies
+//! everything it is given.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use redis_module::raw;
+
+use super::ffi::api;
+
+/// One argument after the key.
+struct Arg {
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: Option<&'static CStr>,
+    optional: bool,
+    summary: &'static CStr,
+}
+
+/// The metadata of one command.
+pub struct Info {
+    pub name: &'static CStr,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+    arity: c_int,
+    key_flags: u32,
+    args: &'static [Arg],
+}
+
+const STRING: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
+const INTEGER: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const TOKEN: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
+
+const OWNER: Arg = Arg {
+    name: c"owner",
+    kind: STRING,
+    token: None,
+    optional: false,
+    summary: c"1 to 512 bytes naming the holder, or * for a server-generated UUID",
+};
+const TTL: Arg = Arg {
+    name: c"ttl",
+    kind: INTEGER,
+    token: None,
+    optional: false,
+    summary: c"lease in milliseconds",
+};
+const BLOCK: Arg = Arg {
+    name: c"timeout",
+    kind: INTEGER,
+    token: Some(c"BLOCK"),
+    optional: true,
+    summary: c"wait in the queue up to this many milliseconds (0: forever)",
+};
+const SESSION: Arg = Arg {
+    name: c"session",
+    kind: TOKEN,
+    token: Some(c"SESSION"),
+    optional: true,
+    summary: c"release the lock when this connection closes",
+};
+// Redis allows one of INSERT, UPDATE, DELETE per key spec; every writer may
+// create, change and delete the key, so all declare UPDATE.
+const RW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
+const RW_ACCESS: u32 = RW_UPDATE | raw::REDISMODULE_CMD_KEY_ACCESS;
+
+pub const COMMAND_INFO: &[Info] = &[
+    Info {
+        name: c"dlock.acquire",
+        summary: c"Acquires a lock: a new hold with a fresh fencing token, or a re-entry; optionally waits in the lock's FIFO queue.",
+        complexity: c"O(log N) where N is the number of queued clients",
+        arity: -4,
+        key_flags: RW_ACCESS,
+        args: &[OWNER, TTL, BLOCK, SESSION],
+    },
+    Info {
+        name: c"dlock.fair",
+        summary: c"Acquires a lock, or keeps the caller's place in the queue as a reservation.",
+        complexity: c"O(log N) where N is the number of queued clients",
+        arity: -4,
+        key_flags: RW_ACCESS,
+        args: &[OWNER, TTL, BLOCK, SESSION],
+    },
+    Info {
+        name: c"dlock.release",
+        summary: c"Gives up one hold; at zero the lock is handed to the head of its queue.",
+        complexity: c"O(log N) where N is the number of queued clients",
+        arity: 3,
+        key_flags: RW_UPDATE,
+        args: &[OWNER],
+    },
+    Info {
+        name: c"dlock.renew",
+        summary: c"Resets the lease of the current hold.",
+        complexity: c"O(1)",
+        arity: 4,
+        key_flags: RW_UPDATE,
+        args: &[OWNER, TTL],
+    },
+    Info {
+        name: c"dlock.info",
+        summary: c"Returns the owner, holds, fencing token, lease and queue of a lock.",
+        complexity: c"O(N) where N is the number of queued clients",
+        arity: 2,
+        key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        args: &[],
+    },
+    Info {
+        name: c"dlock.setstate",
+        summary: c"Internal: the replicated effect of a lock change (refused from clients).",
+        complexity: c"O(log N)",
+        arity: -3,
+        key_flags: RW_UPDATE,
+        args: &[],
+    },
+];
+
+/// Registers the metadata of `info`'s command (created already).
+pub fn register(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
+    let command = api!(RedisModule_GetCommand(ctx, info.name.as_ptr()) else std::ptr::null_mut());
+    if command.is_null() {
+        return false;
+    }
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    // SAFETY: all-zero is the terminator (and the "absent" value of every
+    // optional field) of these plain C structs.
+    let zero_spec: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
+    let mut key_spec = zero_spec;
+    key_spec.flags = u64::from(info.key_flags);
+    key_spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    key_spec.bs.index.pos = 1;
+    key_spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    key_spec.fk.range.lastkey = 0;
+    key_spec.fk.range.keystep = 1;
+    key_spec.fk.range.limit = 0;
+    let mut key_specs = [key_spec, zero_spec];
+
+    // SAFETY: as above.
+    let zero_arg: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+    let mut args = Vec::with_capacity(info.args.len() + 2);
+    let mut key_arg = zero_arg;
+    key_arg.name = c"key".as_ptr();
+    key_arg.type_ = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+    key_arg.key_spec_index = 0;
+    args.push(key_arg);
+    for arg in info.args {
+        let mut raw_arg = zero_arg;
+        raw_arg.name = arg.name.as_ptr();
+        raw_arg.type_ = arg.kind;
+        raw_arg.key_spec_index = -1;
+        raw_arg.token = arg.token.map_or(std::ptr::null(), CStr::as_ptr);
+        raw_arg.summary = arg.summary.as_ptr();
+        if arg.optional {
+            raw_arg.flags = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+        }
+        args.push(raw_arg);
+    }
+    args.push(zero_arg);
+
+    let command_info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: info.summary.as_ptr(),
+        complexity: info.complexity.as_ptr(),
+        since: c"1.0.0".as_ptr(),
+        history: std::ptr::null_mut(),
+        tips: std::ptr::null(),
+        arity: info.arity,
+        key_specs: key_specs.as_mut_ptr(),
+        args: if info.args.is_empty() && info.name != c"dlock.info" {
+            std::ptr::null_mut()
+        } else {
+            args.as_mut_ptr()
+        },
+    };
+    api!(RedisModule_SetCommandInfo(command, &command_info) else raw::REDISMODULE_ERR as c_int)
+        == raw::REDISMODULE_OK as c_int
+}

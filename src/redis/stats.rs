@@ -1,0 +1,122 @@
+//! Counters for `INFO dlock` and the keyspace events lock changes publish.
+//!
+//! Events are published with the module class (`notify-keyspace-events`
+//! flag `d`), e.g. `CONFIG SET notify-keyspace-events Kd` and then
+//! `PSUBSCRIBE __keyspace@0__:*` shows `dlock.acquire`, `dlock.release`, ...
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::raw;
+
+use super::ffi::{api, Ctx, KeyName};
+
+/// Something that happened to a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A new hold granted to a caller at once.
+    Acquire,
+    /// A re-entry by the holder.
+    Reenter,
+    /// A hold given up (RELEASE, or a SESSION connection closing).
+    Release,
+    Renew,
+    /// A FAIR reservation made or refreshed.
+    Reserve,
+    /// The lock granted to a blocked waiter.
+    Handoff,
+    /// A lease that ran out.
+    Expire,
+    /// A blocked waiter whose timeout passed.
+    Timeout,
+}
+
+impl Event {
+    fn counter(self) -> &'static AtomicU64 {
+        match self {
+            Event::Acquire => &ACQUIRES,
+            Event::Reenter => &REENTRIES,
+            Event::Release => &RELEASES,
+            Event::Renew => &RENEWALS,
+            Event::Reserve => &RESERVATIONS_MADE,
+            Event::Handoff => &HANDOFFS,
+            Event::Expire => &LEASE_EXPIRIES,
+            Event::Timeout => &BLOCK_TIMEOUTS,
+        }
+    }
+
+    fn name(self) -> &'static CStr {
+        match self {
+            Event::Acquire => c"dlock.acquire",
+            Event::Reenter => c"dlock.reenter",
+            Event::Release => c"dlock.release",
+            Event::Renew => c"dlock.renew",
+            Event::Reserve => c"dlock.reserve",
+            Event::Handoff => c"dlock.handoff",
+            Event::Expire => c"dlock.expire",
+            Event::Timeout => c"dlock.timeout",
+        }
+    }
+}
+
+static ACQUIRES: AtomicU64 = AtomicU64::new(0);
+static REENTRIES: AtomicU64 = AtomicU64::new(0);
+static RELEASES: AtomicU64 = AtomicU64::new(0);
+static RENEWALS: AtomicU64 = AtomicU64::new(0);
+static RESERVATIONS_MADE: AtomicU64 = AtomicU64::new(0);
+static HANDOFFS: AtomicU64 = AtomicU64::new(0);
+static LEASE_EXPIRIES: AtomicU64 = AtomicU64::new(0);
+static BLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `event` and publishes it as a keyspace event on `name`.
+pub fn record(ctx: Ctx, event: Event, name: KeyName) {
+    count(event);
+    api!(RedisModule_NotifyKeyspaceEvent(
+        ctx.raw(),
+        raw::REDISMODULE_NOTIFY_MODULE,
+        event.name().as_ptr(),
+        name.raw_string()
+    ) else 0);
+}
+
+/// Counts `event` where no key event can be published.
+pub fn count(event: Event) {
+    event.counter().fetch_add(1, Ordering::Relaxed);
+}
+
+/// The `INFO dlock` fields.
+pub fn fields() -> [(&'static str, u64); 10] {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    [
+        ("acquires", read(&ACQUIRES)),
+        ("reentries", read(&REENTRIES)),
+        ("releases", read(&RELEASES)),
+        ("renewals", read(&RENEWALS)),
+        ("handoffs", read(&HANDOFFS)),
+        ("lease_expiries", read(&LEASE_EXPIRIES)),
+        ("block_timeouts", read(&BLOCK_TIMEOUTS)),
+        ("blocked_clients", super::waiters::blocked_count() as u64),
+        ("reservations", crate::lock::stored_reservations()),
+        ("last_token", super::tokens::last()),
+    ]
+}
+
+/// Registers the `INFO dlock` section; called from the module's init.
+pub fn register_info(ctx: &redis_module::Context) -> bool {
+    api!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_section)) else raw::REDISMODULE_ERR as i32)
+        == raw::REDISMODULE_OK as i32
+}
+
+unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+    let _ = std::panic::catch_unwind(|| {
+        // The default section is named after the module: `INFO dlock`;
+        // Redis prefixes each field with `dlock_`.
+        api!(RedisModule_InfoAddSection(ctx, c"".as_ptr()) else 0);
+        for (name, value) in fields() {
+            let mut field = [0u8; 32];
+            let len = name.len().min(field.len() - 1);
+            field[..len].copy_from_slice(&name.as_bytes()[..len]);
+            api!(RedisModule_InfoAddFieldULongLong(ctx, field.as_ptr().cast(), value) else 0);
+        }
+    });
+}
