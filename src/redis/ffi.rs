@@ -241,6 +241,11 @@ pub struct KeyName {
 }
 
 impl KeyName {
+    /// Wraps a key name Redis passed to a callback.
+    pub(crate) fn from_raw(raw: *mut raw::RedisModuleString) -> Self {
+        Self { raw }
+    }
+
     pub(crate) fn raw_string(self) -> *mut raw::RedisModuleString {
         self.raw
     }

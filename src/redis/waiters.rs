@@ -26,15 +26,17 @@ use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::scheduler;
 use super::stats::{self, Event};
 use crate::commands::CommandError;
-use crate::lock::{Lock, Request, Waiter, WaiterGrant, WaiterId};
+use crate::lock::{EntryKind, Lock, Request, Waiter, WaiterGrant, WaiterId};
 
-/// Where a blocked client waits.
+/// Where a blocked client waits, and what it asked for.
 struct Record {
     handle: *mut raw::RedisModuleBlockedClient,
     db: i32,
     key: Box<[u8]>,
     /// Its position key in the lock's queue.
     seq: u64,
+    owner: Box<[u8]>,
+    waiter: Waiter,
 }
 
 #[derive(Default)]
@@ -98,7 +100,7 @@ pub fn block(
         ttl_ms: request.ttl_ms,
         session: request.session,
     };
-    let seq = lock.enqueue_waiter(request.owner, waiter);
+    let seq = lock.enqueue_waiter(request.owner, waiter.clone());
     let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
     let handle = api!(RedisModule_BlockClient(
         ctx.raw(),
@@ -117,6 +119,8 @@ pub fn block(
         db: ctx.selected_db(),
         key: name.bytes().into(),
         seq,
+        owner: request.owner.into(),
+        waiter,
     };
     with_registry(|registry| {
         registry.by_handle.insert(handle as usize, id);
@@ -211,6 +215,66 @@ pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>)
             }
         });
     }
+}
+
+/// The lock value at `db`/`key` now holds these waiters (it was renamed,
+/// moved or swapped there): point their records at it.
+pub fn relocate(db: i32, key: &[u8], lock: &Lock) {
+    for (seq, entry) in lock.queue().entries() {
+        if let EntryKind::Waiter(waiter) = &entry.kind {
+            with_registry(|registry| {
+                if let Some(record) = registry.records.get_mut(&waiter.id) {
+                    record.db = db;
+                    record.key = key.into();
+                    record.seq = seq;
+                }
+            });
+        }
+    }
+}
+
+/// SWAPDB: waiters of one database now wait in the other.
+pub fn swap_databases(first: i32, second: i32) {
+    with_registry(|registry| {
+        for record in registry.records.values_mut() {
+            if record.db == first {
+                record.db = second;
+            } else if record.db == second {
+                record.db = first;
+            }
+        }
+    });
+}
+
+/// Every waiter of database `db` (-1: all), grouped by key in queue order:
+/// their values are about to be freed where the registry cannot be reached.
+pub fn orphan_database(db: i32) -> Vec<OrphanGroup> {
+    let mut places: Vec<(i32, Box<[u8]>, u64, QueuedWaiter)> = with_registry(|registry| {
+        registry
+            .records
+            .values()
+            .filter(|record| db == -1 || record.db == db)
+            .map(|record| {
+                let waiter = (record.owner.clone(), record.waiter.clone());
+                (record.db, record.key.clone(), record.seq, waiter)
+            })
+            .collect()
+    })
+    .unwrap_or_default();
+    places.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
+    let mut groups: Vec<OrphanGroup> = Vec::new();
+    for (db, key, _, waiter) in places {
+        match groups.last_mut() {
+            Some(group) if group.db == db && group.key == key => group.waiters.push(waiter),
+            _ => groups.push(OrphanGroup {
+                db,
+                key,
+                waiters: vec![waiter],
+                lease_expired: false,
+            }),
+        }
+    }
+    groups
 }
 
 /// Unblocks waiters whose lock can no longer exist (the key now holds
