@@ -261,7 +261,7 @@ fn run_round(ctx: Ctx, now: u64) {
     let orphans =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.orphans)).unwrap_or_default();
     for group in &orphans {
-        rehome(ctx, &group, now);
+        rehome(ctx, group, now);
     }
 
     while let Some((db, key)) = with_scheduler(|scheduler| scheduler.pop_due(now)).flatten() {
