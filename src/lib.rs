@@ -21,7 +21,7 @@ mod module {
     use redis_module::{redis_module, Context, RedisString, Status};
 
     fn initialize(ctx: &Context, _args: &[RedisString]) -> Status {
-        datatype::init_main_thread();
+        datatype::init(ctx);
         scheduler::init(ctx);
         if let Err(name) = registry::register_commands(ctx) {
             ctx.log_warning(&format!("dlock: failed to register {name:?}"));

@@ -1,16 +1,7 @@
 //! The lock's native data type: RDB save/load, AOF rewrite, digest, memory
 //! usage, copy, free, and the RDB aux field that persists the token counter.
 //!
-//! RDB encoding version 1 of a lock value:
-//!   unsigned  1 if a hold follows, 0 if not
-//!   [buffer   owner (1..=512 bytes)
-//!    unsigned holds (>= 1)
-//!    unsigned token (1..=i64::MAX)
-//!    unsigned lease deadline, ms since the epoch]
-//!   unsigned  number of FAIR reservations, then that many
-//!             (buffer owner, unsigned deadline) pairs, in queue order
-//!
-//! Blocked waiters and SESSION ties are connection state: never saved.
+//! A lock value's RDB encoding (version 1) is [`crate::lock::codec`]'s.
 //!
 //! Aux data (before the keyspace), encoding version 1:
 //!   unsigned  last fencing token issued
@@ -23,13 +14,17 @@ use redis_module::raw;
 use super::ffi::api;
 use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
-use crate::lock::{EntryKind, Hold, Lock, MAX_OWNER_LEN, MAX_TOKEN};
+use crate::lock::codec::{self, reservations, Sink, Source};
+use crate::lock::{Lock, MAX_TOKEN};
 
 static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
 
-/// Records Redis's main thread; called from the module's init.
-pub fn init_main_thread() {
+/// Records Redis's main thread and asks Redis to report a truncated or
+/// corrupt value as an error to the loader instead of aborting the server;
+/// called from the module's init.
+pub fn init(ctx: &redis_module::Context) {
     let _ = MAIN_THREAD.set(std::thread::current().id());
+    api!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
 }
 
 fn on_main_thread() -> bool {
@@ -40,8 +35,6 @@ fn on_main_thread() -> bool {
 pub const TYPE_NAME: &str = "dlocklock";
 /// Current RDB encoding version of lock values and of the aux field.
 pub const ENCODING_VERSION: i32 = 1;
-/// More reservations than this in one value is a corrupt payload.
-const MAX_STORED_RESERVATIONS: u64 = 1 << 32;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     TYPE_NAME,
@@ -85,26 +78,36 @@ unsafe fn lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
     unsafe { value.cast::<Lock>().as_ref() }
 }
 
+/// Redis's RDB I/O as a codec source and sink.
+struct RdbIo(*mut raw::RedisModuleIO);
+
+impl Source for RdbIo {
+    fn unsigned(&mut self) -> Option<u64> {
+        raw::load_unsigned(self.0).ok()
+    }
+
+    fn buffer(&mut self) -> Option<Box<[u8]>> {
+        raw::load_string_buffer(self.0)
+            .ok()
+            .map(|buffer| buffer.as_ref().into())
+    }
+}
+
+impl Sink for RdbIo {
+    fn unsigned(&mut self, value: u64) {
+        raw::save_unsigned(self.0, value);
+    }
+
+    fn buffer(&mut self, bytes: &[u8]) {
+        raw::save_slice(self.0, bytes);
+    }
+}
+
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guarded((), || {
         // SAFETY: Redis passes a value of this type.
-        let Some(lock) = (unsafe { lock_ref(value) }) else {
-            return;
-        };
-        match lock.stored_hold() {
-            Some(hold) => {
-                raw::save_unsigned(rdb, 1);
-                raw::save_slice(rdb, &hold.owner);
-                raw::save_unsigned(rdb, hold.holds);
-                raw::save_unsigned(rdb, hold.token);
-                raw::save_unsigned(rdb, hold.deadline_ms);
-            }
-            None => raw::save_unsigned(rdb, 0),
-        }
-        raw::save_unsigned(rdb, lock.queue().reservation_count() as u64);
-        for (owner, deadline_ms) in reservations(lock) {
-            raw::save_slice(rdb, owner);
-            raw::save_unsigned(rdb, deadline_ms);
+        if let Some(lock) = unsafe { lock_ref(value) } {
+            codec::encode(lock, &mut RdbIo(rdb));
         }
     })
 }
@@ -114,7 +117,8 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         if encver != ENCODING_VERSION {
             return std::ptr::null_mut();
         }
-        match load_lock(rdb) {
+        let lock = codec::decode(&mut RdbIo(rdb)).filter(|_| !raw::is_io_error(rdb));
+        match lock {
             Some(lock) => {
                 if let Some(hold) = lock.stored_hold() {
                     tokens::observe(hold.token);
@@ -126,54 +130,6 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             None => std::ptr::null_mut(),
         }
     })
-}
-
-/// Reads and validates one lock value; `None` for a truncated or corrupt payload.
-fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
-    let has_hold = raw::load_unsigned(rdb).ok()?;
-    let mut lock = match has_hold {
-        0 => Lock::new(),
-        1 => {
-            let owner = raw::load_string_buffer(rdb).ok()?;
-            let owner = owner.as_ref();
-            let holds = raw::load_unsigned(rdb).ok()?;
-            let token = raw::load_unsigned(rdb).ok()?;
-            let deadline_ms = raw::load_unsigned(rdb).ok()?;
-            let valid = !owner.is_empty()
-                && owner.len() <= MAX_OWNER_LEN
-                && holds >= 1
-                && (1..=MAX_TOKEN).contains(&token)
-                && deadline_ms <= i64::MAX as u64;
-            if !valid {
-                return None;
-            }
-            Lock::with_hold(Hold {
-                owner: owner.into(),
-                holds,
-                token,
-                deadline_ms,
-                session: None,
-            })
-        }
-        _ => return None,
-    };
-    let reservations = raw::load_unsigned(rdb).ok()?;
-    if reservations > MAX_STORED_RESERVATIONS {
-        return None;
-    }
-    for _ in 0..reservations {
-        let owner = raw::load_string_buffer(rdb).ok()?;
-        let owner = owner.as_ref();
-        let deadline_ms = raw::load_unsigned(rdb).ok()?;
-        if owner.is_empty() || owner.len() > MAX_OWNER_LEN || deadline_ms > i64::MAX as u64 {
-            return None;
-        }
-        lock.reserve(owner, deadline_ms);
-    }
-    if raw::is_io_error(rdb) {
-        return None;
-    }
-    Some(lock)
 }
 
 unsafe extern "C" fn aof_rewrite(
@@ -215,16 +171,6 @@ unsafe extern "C" fn aof_rewrite(
             ) else ());
         }
     })
-}
-
-/// The reservations of a lock in queue order: (owner, deadline).
-fn reservations(lock: &Lock) -> impl Iterator<Item = (&[u8], u64)> + '_ {
-    lock.queue()
-        .entries()
-        .filter_map(|(_, entry)| match entry.kind {
-            EntryKind::Reservation { deadline_ms } => Some((&*entry.owner, deadline_ms)),
-            EntryKind::Waiter(_) => None,
-        })
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
