@@ -9,10 +9,10 @@ pub mod commands;
 pub mod lock;
 pub mod redis;
 
-/// Module registration. Unit tests run without a server, so the module (and
-/// Redis's allocator, which aborts when used outside Redis) is compiled only
-/// into the real library.
-#[cfg(not(test))]
+/// Module registration. Unit tests and the fuzz targets run without a
+/// server, so the module (and Redis's allocator, which aborts when used
+/// outside Redis) is compiled only into the real library.
+#[cfg(all(not(test), feature = "module"))]
 mod module {
     use crate::commands::fair::FAIR_RESERVATION_MS;
     use crate::redis::datatype::{self, LOCK_TYPE};

@@ -195,6 +195,24 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if std::env::var_os("DLOCK_GRACEFUL_STOP").is_some() {
+            // `make memcheck`: let valgrind write its report at exit.
+            if let Ok(mut conn) = self.try_connect() {
+                let _: redis::RedisResult<()> =
+                    redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut conn);
+            }
+            if let Some(mut child) = self.child.take() {
+                let deadline = Instant::now() + PATIENCE;
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
         self.kill();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -393,4 +411,177 @@ pub fn wait_for_info(conn: &mut Connection, section: &str, needle: &str) {
             .unwrap_or_default();
         text.lines().any(|line| line.trim() == needle)
     });
+}
+
+// ---------------------------------------------------------------------------
+// Blocking commands: waiters on their own connections and threads.
+// ---------------------------------------------------------------------------
+
+/// How long a waiter's connection waits for a reply before the test fails
+/// (rather than hangs) on a command that never returns.
+pub const WAITER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A new connection to the server on `port` whose reads give up after
+/// `read_timeout`.
+pub fn connect_port(port: u16, read_timeout: Duration) -> Connection {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client");
+    let conn = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connect to redis-server");
+    conn.set_read_timeout(Some(read_timeout))
+        .expect("set the read timeout");
+    conn
+}
+
+/// A new connection to `server` whose reads give up after `read_timeout`.
+pub fn connect_patient(server: &Server, read_timeout: Duration) -> Connection {
+    connect_port(server.port, read_timeout)
+}
+
+/// A command running on its own connection in its own thread (it may block).
+pub struct Pending {
+    /// The server-side id of its connection (for CLIENT KILL / UNBLOCK).
+    pub id: i64,
+    /// Just before the command was sent.
+    pub sent: Instant,
+    handle: std::thread::JoinHandle<(redis::RedisResult<Value>, Instant)>,
+}
+
+impl Pending {
+    /// Whether the reply (or an error) has come.
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// Waits for the reply; returns it and the instant it arrived.
+    pub fn join(self) -> (redis::RedisResult<Value>, Instant) {
+        self.handle.join().expect("the waiter thread panicked")
+    }
+
+    /// Waits for the reply, which must be a grant `[token, holds, owner]`;
+    /// returns it and the instant it arrived.
+    pub fn granted(self) -> ((i64, i64, Vec<u8>), Instant) {
+        let (reply, at) = self.join();
+        let reply = reply.expect("the blocked command failed");
+        (grant(reply).expect("the waiter got null, not the lock"), at)
+    }
+
+    /// Waits for the reply, which must be null; returns when it arrived.
+    pub fn refused(self) -> Instant {
+        let (reply, at) = self.join();
+        assert_eq!(reply.expect("the blocked command failed"), Value::Nil);
+        at
+    }
+}
+
+/// Runs `args` on a new connection (database `db`) in a new thread.
+pub fn spawn_command_in_db(server: &Server, db: i64, args: &[&str]) -> Pending {
+    let port = server.port;
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let (ready, started) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let mut conn = connect_port(port, WAITER_READ_TIMEOUT);
+        if db != 0 {
+            let _: () = redis::cmd("SELECT")
+                .arg(db)
+                .query(&mut conn)
+                .expect("SELECT");
+        }
+        let id: i64 = redis::cmd("CLIENT")
+            .arg("ID")
+            .query(&mut conn)
+            .expect("CLIENT ID");
+        let sent = Instant::now();
+        ready.send((id, sent)).expect("report the client id");
+        let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = cmd(&mut conn, &strs);
+        (reply, Instant::now())
+    });
+    let (id, sent) = started
+        .recv_timeout(PATIENCE)
+        .expect("the waiter thread did not start");
+    Pending { id, sent, handle }
+}
+
+/// Runs `args` on a new connection in a new thread.
+pub fn spawn_command(server: &Server, args: &[&str]) -> Pending {
+    spawn_command_in_db(server, 0, args)
+}
+
+/// The `waiting` field of DLOCK.INFO, 0 when the key does not exist.
+pub fn waiting(conn: &mut Connection, key: &str) -> i64 {
+    match info(conn, key) {
+        None => 0,
+        Some(_) => info_int(conn, key, "waiting"),
+    }
+}
+
+/// The `queue` field of DLOCK.INFO as strings (empty when the key is missing).
+pub fn queue(conn: &mut Connection, key: &str) -> Vec<String> {
+    let Some(fields) = info(conn, key) else {
+        return Vec::new();
+    };
+    match fields.iter().find(|(name, _)| name == "queue") {
+        Some((_, Value::Array(items))) => items
+            .iter()
+            .map(|item| match item {
+                Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                other => panic!("queue entry of {key}: {other:?}"),
+            })
+            .collect(),
+        other => panic!("queue field of {key}: {other:?}"),
+    }
+}
+
+/// Polls DLOCK.INFO until `waiting` is `n`.
+pub fn wait_for_waiting(conn: &mut Connection, key: &str, n: i64) {
+    wait_until(&format!("{key} to have {n} waiting"), || {
+        waiting(conn, key) == n
+    });
+}
+
+/// One `name:value` line of `INFO section`.
+pub fn info_field(conn: &mut Connection, section: &str, name: &str) -> String {
+    let text: String = redis::cmd("INFO").arg(section).query(conn).expect("INFO");
+    text.lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix(&format!("{name}:"))
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| panic!("INFO {section} has no {name}"))
+}
+
+/// Polls `INFO clients` until `blocked_clients` is `n`.
+pub fn wait_for_blocked_clients(conn: &mut Connection, n: i64) {
+    wait_until(&format!("{n} blocked clients"), || {
+        info_field(conn, "clients", "blocked_clients") == n.to_string()
+    });
+}
+
+/// CONFIG SET name value.
+pub fn config_set(conn: &mut Connection, name: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(conn)
+        .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {e}"));
+}
+
+/// Milliseconds since the Unix epoch (the clock Redis uses for expiry).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Sends `args` on a raw socket without reading the reply; dropping the
+/// stream closes the connection, as a crashed client would.
+pub fn send_raw(server: &Server, args: &[&str]) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("raw connect");
+    stream.write_all(&resp_command(args)).expect("raw send");
+    stream
 }
