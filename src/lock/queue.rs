@@ -48,9 +48,9 @@ pub struct Entry {
     pub kind: EntryKind,
 }
 
-/// The FIFO of one lock.
+/// The entries of a non-empty queue.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Queue {
+struct Inner {
     entries: BTreeMap<u64, Entry>,
     next_seq: u64,
     /// (deadline, seq) of every reservation.
@@ -60,7 +60,7 @@ pub struct Queue {
     waiters: usize,
 }
 
-impl Clone for Queue {
+impl Clone for Inner {
     fn clone(&self) -> Self {
         STORED_RESERVATIONS.fetch_add(self.reservations.len() as u64, Ordering::Relaxed);
         Self {
@@ -73,14 +73,14 @@ impl Clone for Queue {
     }
 }
 
-impl Drop for Queue {
+impl Drop for Inner {
     fn drop(&mut self) {
         STORED_RESERVATIONS.fetch_sub(self.reservations.len() as u64, Ordering::Relaxed);
     }
 }
 
-impl Queue {
-    pub fn is_empty(&self) -> bool {
+impl Inner {
+    fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
@@ -235,10 +235,6 @@ impl Queue {
         }
     }
 
-    /// Adds an entry at an explicit position (restoring a saved queue).
-    pub fn restore(&mut self, owner: &[u8], kind: EntryKind) {
-        self.push(owner, kind);
-    }
 
     /// Removes every waiter, in queue order (the lock value is going away).
     pub fn take_waiters(&mut self) -> Vec<(Box<[u8]>, Waiter)> {
@@ -257,16 +253,6 @@ impl Queue {
             .collect()
     }
 
-    /// The queue without its waiters (what is persisted and copied).
-    pub fn without_waiters(&self) -> Queue {
-        let mut copy = Queue::default();
-        for entry in self.entries.values() {
-            if let EntryKind::Reservation { .. } = entry.kind {
-                copy.push(&entry.owner, entry.kind.clone());
-            }
-        }
-        copy
-    }
 
     /// Approximate heap bytes, for MEMORY USAGE.
     pub fn heap_bytes(&self) -> usize {
@@ -274,5 +260,133 @@ impl Queue {
             .values()
             .map(|entry| 2 * entry.owner.len() + 128)
             .sum()
+    }
+}
+
+/// The FIFO of one lock. Most locks never queue anyone, so an empty queue
+/// is a single null pointer: the entries are allocated on first use and
+/// freed when the queue empties.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Queue {
+    inner: Option<Box<Inner>>,
+}
+
+impl Queue {
+    pub fn is_empty(&self) -> bool {
+        self.inner.as_ref().is_none_or(|inner| inner.is_empty())
+    }
+
+    /// Blocked waiters in the queue.
+    pub fn waiter_count(&self) -> usize {
+        self.inner.as_ref().map_or(0, |inner| inner.waiter_count())
+    }
+
+    /// Reservations, expired or not.
+    pub fn reservation_count(&self) -> usize {
+        self.inner.as_ref().map_or(0, |inner| inner.reservation_count())
+    }
+
+    /// Reservations whose deadline has not passed.
+    pub fn live_reservation_count(&self, now_ms: u64) -> usize {
+        self.inner
+            .as_ref()
+            .map_or(0, |inner| inner.live_reservation_count(now_ms))
+    }
+
+    /// Entries in order, without reservations that have run out.
+    pub fn live_entries(&self, now_ms: u64) -> impl Iterator<Item = &Entry> + '_ {
+        self.inner
+            .iter()
+            .flat_map(move |inner| inner.live_entries(now_ms))
+    }
+
+    /// Every entry in order with its position key.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, &Entry)> + '_ {
+        self.inner.iter().flat_map(|inner| inner.entries())
+    }
+
+    /// The first entry.
+    pub fn head(&self) -> Option<(u64, &Entry)> {
+        self.inner.as_ref()?.head()
+    }
+
+    /// The latest reservation deadline, expired or not.
+    pub fn last_reservation_deadline(&self) -> Option<u64> {
+        self.inner.as_ref()?.last_reservation_deadline()
+    }
+
+    /// Sequence numbers of every entry of `owner`, in order.
+    pub fn seqs_of(&self, owner: &[u8]) -> Vec<u64> {
+        self.inner
+            .as_ref()
+            .map_or_else(Vec::new, |inner| inner.seqs_of(owner))
+    }
+
+    /// The reservation of `owner`, if it has one.
+    pub fn reservation_of(&self, owner: &[u8]) -> Option<u64> {
+        self.inner.as_ref()?.reservation_of(owner)
+    }
+
+    /// Approximate heap bytes, for MEMORY USAGE.
+    pub fn heap_bytes(&self) -> usize {
+        self.inner.as_ref().map_or(0, |inner| {
+            std::mem::size_of::<Inner>() + inner.heap_bytes()
+        })
+    }
+
+    /// Appends an entry at the tail; returns its sequence number.
+    pub fn push(&mut self, owner: &[u8], kind: EntryKind) -> u64 {
+        self.inner.get_or_insert_with(Box::default).push(owner, kind)
+    }
+
+    /// Runs `change` on the entries, then frees them if the queue emptied.
+    fn change<T: Default>(&mut self, change: impl FnOnce(&mut Inner) -> T) -> T {
+        let Some(inner) = self.inner.as_mut() else {
+            return T::default();
+        };
+        let result = change(inner);
+        if inner.is_empty() {
+            self.inner = None;
+        }
+        result
+    }
+
+    /// Drops every reservation whose deadline is before `now_ms`.
+    pub fn drop_expired_reservations(&mut self, now_ms: u64) -> usize {
+        if self.inner.is_none() {
+            return 0;
+        }
+        self.change(|inner| inner.drop_expired_reservations(now_ms))
+    }
+
+    /// Removes the entry `seq`, if present.
+    pub fn remove(&mut self, seq: u64) -> Option<Entry> {
+        self.change(|inner| inner.remove(seq))
+    }
+
+    /// Removes the waiter `id` at `seq`; false if that place holds something else.
+    pub fn remove_waiter(&mut self, seq: u64, id: WaiterId) -> bool {
+        self.change(|inner| inner.remove_waiter(seq, id))
+    }
+
+    /// Replaces the entry at `seq` in place (same position in the queue).
+    pub fn replace(&mut self, seq: u64, kind: EntryKind) {
+        self.change(|inner| inner.replace(seq, kind));
+    }
+
+    /// Removes every waiter, in queue order (the lock value is going away).
+    pub fn take_waiters(&mut self) -> Vec<(Box<[u8]>, Waiter)> {
+        self.change(|inner| inner.take_waiters())
+    }
+
+    /// The queue without its waiters (what is persisted and copied).
+    pub fn without_waiters(&self) -> Queue {
+        let mut copy = Queue::default();
+        for (_, entry) in self.entries() {
+            if let EntryKind::Reservation { .. } = entry.kind {
+                copy.push(&entry.owner, entry.kind.clone());
+            }
+        }
+        copy
     }
 }
