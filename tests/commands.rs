@@ -392,7 +392,10 @@ const BAD_CALLS: &[(&[&str], &str)] = &[
     ),
     (&["DLOCK.RELEASE", "k"], "ERR wrong number of arguments"),
     (&["DLOCK.RELEASE", "k", ""], "ERR invalid owner"),
-    (&["DLOCK.RELEASE", "k", "me", "extra"], "ERR wrong number of arguments"),
+    (
+        &["DLOCK.RELEASE", "k", "me", "extra"],
+        "ERR wrong number of arguments",
+    ),
     (
         &["DLOCK.RENEW", "k", "me"],
         "ERR wrong number of arguments for 'dlock.renew' command",
@@ -401,12 +404,18 @@ const BAD_CALLS: &[(&[&str], &str)] = &[
     (&["DLOCK.RENEW", "k", "me", "-1"], "ERR invalid ttl"),
     (&["DLOCK.RENEW", "k", "me", "1e3"], "ERR invalid ttl"),
     (&["DLOCK.RENEW", "k", "", "10"], "ERR invalid owner"),
-    (&["DLOCK.RENEW", "k", "me", "10", "x"], "ERR wrong number of arguments"),
+    (
+        &["DLOCK.RENEW", "k", "me", "10", "x"],
+        "ERR wrong number of arguments",
+    ),
     (
         &["DLOCK.INFO"],
         "ERR wrong number of arguments for 'dlock.info' command",
     ),
-    (&["DLOCK.INFO", "k", "extra"], "ERR wrong number of arguments"),
+    (
+        &["DLOCK.INFO", "k", "extra"],
+        "ERR wrong number of arguments",
+    ),
 ];
 
 #[test]

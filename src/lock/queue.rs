@@ -235,7 +235,6 @@ impl Inner {
         }
     }
 
-
     /// Removes every waiter, in queue order (the lock value is going away).
     pub fn take_waiters(&mut self) -> Vec<(Box<[u8]>, Waiter)> {
         let seqs: Vec<u64> = self
@@ -252,7 +251,6 @@ impl Inner {
             })
             .collect()
     }
-
 
     /// Approximate heap bytes, for MEMORY USAGE.
     pub fn heap_bytes(&self) -> usize {
@@ -283,7 +281,9 @@ impl Queue {
 
     /// Reservations, expired or not.
     pub fn reservation_count(&self) -> usize {
-        self.inner.as_ref().map_or(0, |inner| inner.reservation_count())
+        self.inner
+            .as_ref()
+            .map_or(0, |inner| inner.reservation_count())
     }
 
     /// Reservations whose deadline has not passed.
@@ -329,14 +329,16 @@ impl Queue {
 
     /// Approximate heap bytes, for MEMORY USAGE.
     pub fn heap_bytes(&self) -> usize {
-        self.inner.as_ref().map_or(0, |inner| {
-            std::mem::size_of::<Inner>() + inner.heap_bytes()
-        })
+        self.inner
+            .as_ref()
+            .map_or(0, |inner| std::mem::size_of::<Inner>() + inner.heap_bytes())
     }
 
     /// Appends an entry at the tail; returns its sequence number.
     pub fn push(&mut self, owner: &[u8], kind: EntryKind) -> u64 {
-        self.inner.get_or_insert_with(Box::default).push(owner, kind)
+        self.inner
+            .get_or_insert_with(Box::default)
+            .push(owner, kind)
     }
 
     /// Runs `change` on the entries, then frees them if the queue emptied.

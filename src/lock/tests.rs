@@ -543,11 +543,18 @@ proptest! {
 fn an_uncontended_lock_stays_small() {
     // Memory per held lock is a product target (docs/benchmarks.md): the
     // queue must cost one pointer until someone queues.
-    assert!(std::mem::size_of::<Lock>() <= 72, "{}", std::mem::size_of::<Lock>());
+    assert!(
+        std::mem::size_of::<Lock>() <= 72,
+        "{}",
+        std::mem::size_of::<Lock>()
+    );
     let mut lock = Lock::new();
     lock.reserve(b"r", 10);
     assert!(!lock.queue().is_empty());
     lock.hand_off(11, || 1, |_| true);
-    assert!(lock.queue().is_empty(), "the expired reservation was dropped");
+    assert!(
+        lock.queue().is_empty(),
+        "the expired reservation was dropped"
+    );
     assert_eq!(lock, Lock::new(), "an emptied queue frees its entries");
 }

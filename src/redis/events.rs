@@ -10,8 +10,12 @@ use super::{scheduler, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
-    let server_events: [(u64, raw::RedisModuleEventCallback); 3] = [
+    let server_events: [(u64, raw::RedisModuleEventCallback); 4] = [
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
+        (
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            Some(on_role_change),
+        ),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
     ];
@@ -24,6 +28,17 @@ pub fn subscribe(ctx: &redis_module::Context) -> bool {
     }
     api!(RedisModule_SubscribeToKeyspaceEvents(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, Some(on_keyspace_event)) else raw::REDISMODULE_ERR as i32)
         == raw::REDISMODULE_OK as i32
+}
+
+unsafe extern "C" fn on_role_change(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut std::os::raw::c_void,
+) {
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
+        let _ = std::panic::catch_unwind(waiters::refuse_all);
+    }
 }
 
 unsafe extern "C" fn on_swapdb(

@@ -125,6 +125,11 @@ impl Ctx {
         self.flags() & forbidding == 0
     }
 
+    /// Whether this server runs in Redis Cluster mode.
+    pub fn in_cluster(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+    }
+
     /// Whether this server is a master that is not loading its data: only
     /// then may timers and events change locks.
     pub fn may_act(self) -> bool {

@@ -315,6 +315,14 @@ fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
 /// if the key is empty), then hands the lock to the head.
 fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
     let (db, key, entries) = (group.db, &group.key, group.waiters.clone());
+    if ctx.in_cluster() && !group.lease_expired {
+        // In a cluster the value may have left for another node (MIGRATE
+        // during resharding deletes it here exactly as DEL does): granting a
+        // lock here could make a second holder. The waiters get null and
+        // retry, following MOVED if the slot moved.
+        waiters::refuse(entries);
+        return;
+    }
     if !ctx.select_db(db) {
         waiters::refuse(entries);
         return;

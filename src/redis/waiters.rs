@@ -277,6 +277,17 @@ pub fn orphan_database(db: i32) -> Vec<OrphanGroup> {
     groups
 }
 
+/// The server became a replica: every waiter is answered null at once
+/// (Redis disconnects blocked clients on demotion, Valkey in cluster mode
+/// does not; the master's state replaces this server's anyway).
+pub fn refuse_all() {
+    let ids: Vec<WaiterId> =
+        with_registry(|registry| registry.records.keys().copied().collect()).unwrap_or_default();
+    for id in ids {
+        unblock(id, Outcome::Refused);
+    }
+}
+
 /// Unblocks waiters whose lock can no longer exist (the key now holds
 /// another type) with a null reply.
 pub fn refuse(waiters: Vec<QueuedWaiter>) {
