@@ -125,6 +125,8 @@ impl<'a> Acquire<'a> {
         }
         let changes = match fallback {
             Fallback::Nothing => Changes::default(),
+            // A generated owner can never come back to claim a reservation.
+            Fallback::Reserve { .. } if self.owner == OwnerArg::Generate => Changes::default(),
             Fallback::Reserve { for_ms } => {
                 let deadline_ms = now_ms.saturating_add(for_ms);
                 lock.reserve(owner, deadline_ms);

@@ -232,10 +232,14 @@ impl Lock {
 
     /// FAIR without BLOCK when not granted: keeps `owner`'s place as a
     /// reservation until `deadline_ms` (refreshing it in place if it has one).
+    ///
+    /// An owner already waiting in the queue (a blocked client of the same
+    /// owner) already has its place: nothing is added.
     pub fn reserve(&mut self, owner: &[u8], deadline_ms: u64) {
         let kind = EntryKind::Reservation { deadline_ms };
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
+            None if !self.queue.seqs_of(owner).is_empty() => {}
             None => {
                 self.queue.push(owner, kind);
             }

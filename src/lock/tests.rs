@@ -488,8 +488,11 @@ proptest! {
                                     let deadline = now + RESERVATION_MS;
                                     lock.reserve(QUEUE_OWNERS[owner], deadline);
                                     let place = Place::Reserved { owner, deadline };
+                                    let queued = model.places.iter().any(|p| p.owner() == owner);
                                     match model.places.iter().position(|p| matches!(p, Place::Reserved { owner: o, .. } if *o == owner)) {
                                         Some(index) => model.places[index] = place,
+                                        // A waiting owner already has its place.
+                                        None if queued => {}
                                         None => model.places.push(place),
                                     }
                                 }

@@ -42,7 +42,7 @@ unsafe extern "C" fn on_role_change(
 }
 
 unsafe extern "C" fn on_swapdb(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     _subevent: u64,
     data: *mut std::os::raw::c_void,
@@ -52,7 +52,28 @@ unsafe extern "C" fn on_swapdb(
         return;
     };
     let (first, second) = (info.dbnum_first, info.dbnum_second);
-    let _ = std::panic::catch_unwind(|| waiters::swap_databases(first, second));
+    let ctx = Ctx::from_raw(ctx);
+    let _ = std::panic::catch_unwind(|| {
+        scheduler::swap_session_databases(first, second);
+        // Waiters asked for a key in their database; its value now lives in
+        // the other one. They are answered null (and retry), never granted a
+        // lock that is no longer under the name they asked for.
+        let moved = waiters::in_databases(first, second);
+        let previous_db = ctx.selected_db();
+        for (id, db, key, seq) in &moved {
+            let now_in = if *db == first { second } else { first };
+            if ctx.select_db(now_in) {
+                let name = ctx.key_name(key);
+                if let Ok(mut lock_key) = ctx.open_lock(name.name(), false) {
+                    if let Some(lock) = lock_key.lock_mut() {
+                        lock.remove_waiter(*seq, *id);
+                    }
+                }
+            }
+        }
+        ctx.select_db(previous_db);
+        waiters::refuse_ids(moved.into_iter().map(|(id, ..)| id));
+    });
 }
 
 unsafe extern "C" fn on_flush(
@@ -81,8 +102,17 @@ unsafe extern "C" fn on_flush(
     });
 }
 
-/// RENAME and MOVE carry a lock value, waiters included, to another key or
-/// database: follow it, so that a waiter's timeout or disconnect finds it.
+thread_local! {
+    /// The source of a RENAME or MOVE in progress (its `*_from` event comes
+    /// just before its `*_to` event).
+    static MOVING_FROM: std::cell::RefCell<Option<(i32, Box<[u8]>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// RENAME and MOVE carry a lock value to another name or database. Its
+/// waiters asked for the old name: they are answered null (and retry)
+/// rather than granted a lock under a name they did not ask for. A SESSION
+/// hold keeps following its connection.
 unsafe extern "C" fn on_keyspace_event(
     ctx: *mut raw::RedisModuleCtx,
     _type: std::os::raw::c_int,
@@ -94,21 +124,37 @@ unsafe extern "C" fn on_keyspace_event(
     }
     // SAFETY: Redis passes a NUL-terminated event name.
     let event = unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes();
-    if event != b"rename_to" && event != b"move_to" {
-        return raw::REDISMODULE_OK as i32;
-    }
+    let arriving = match event {
+        b"rename_from" | b"move_from" => false,
+        b"rename_to" | b"move_to" => true,
+        _ => return raw::REDISMODULE_OK as i32,
+    };
     let _ = std::panic::catch_unwind(|| {
         let ctx = Ctx::from_raw(ctx);
         let name = KeyName::from_raw(key);
-        if let Ok(lock_key) = ctx.open_lock(name, false) {
-            if let Some(lock) = lock_key.lock() {
-                waiters::relocate(ctx.selected_db(), name.bytes(), lock);
-            }
+        let here = (ctx.selected_db(), Box::<[u8]>::from(name.bytes()));
+        if !arriving {
+            let _ = MOVING_FROM.try_with(|from| from.replace(Some(here)));
+            return;
         }
+        let from = MOVING_FROM
+            .try_with(|from| from.borrow_mut().take())
+            .ok()
+            .flatten();
+        let Ok(mut lock_key) = ctx.open_lock(name, false) else {
+            return;
+        };
+        let Some(lock) = lock_key.lock_mut() else {
+            return;
+        };
+        if let Some((from_db, from_key)) = from {
+            scheduler::move_session_place((from_db, &from_key), (here.0, &here.1));
+        }
+        let departed = lock.take_waiters();
+        waiters::refuse(departed);
     });
     raw::REDISMODULE_OK as i32
 }
-
 unsafe extern "C" fn on_client_change(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

@@ -168,6 +168,36 @@ pub fn track_session(client: u64, db: i32, key: &[u8]) {
     });
 }
 
+/// A lock moved from one place to another (RENAME, MOVE): SESSION holds
+/// tied to it follow.
+pub fn move_session_place(from: (i32, &[u8]), to: (i32, &[u8])) {
+    with_scheduler(|scheduler| {
+        for places in scheduler.sessions.values_mut() {
+            for (db, key) in places.iter_mut() {
+                if *db == from.0 && **key == *from.1 {
+                    *db = to.0;
+                    *key = to.1.into();
+                }
+            }
+        }
+    });
+}
+
+/// SWAPDB: SESSION holds follow their locks into the other database.
+pub fn swap_session_databases(first: i32, second: i32) {
+    with_scheduler(|scheduler| {
+        for places in scheduler.sessions.values_mut() {
+            for (db, _) in places.iter_mut() {
+                if *db == first {
+                    *db = second;
+                } else if *db == second {
+                    *db = first;
+                }
+            }
+        }
+    });
+}
+
 /// Connection `client` closed: release its SESSION holds soon.
 pub fn client_closed(client: u64) {
     let tracked = with_scheduler(|scheduler| {

@@ -26,7 +26,7 @@ use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::scheduler;
 use super::stats::{self, Event};
 use crate::commands::CommandError;
-use crate::lock::{EntryKind, Lock, Request, Waiter, WaiterGrant, WaiterId};
+use crate::lock::{Lock, Request, Waiter, WaiterGrant, WaiterId};
 
 /// Where a blocked client waits, and what it asked for.
 struct Record {
@@ -217,33 +217,24 @@ pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>)
     }
 }
 
-/// The lock value at `db`/`key` now holds these waiters (it was renamed,
-/// moved or swapped there): point their records at it.
-pub fn relocate(db: i32, key: &[u8], lock: &Lock) {
-    for (seq, entry) in lock.queue().entries() {
-        if let EntryKind::Waiter(waiter) = &entry.kind {
-            with_registry(|registry| {
-                if let Some(record) = registry.records.get_mut(&waiter.id) {
-                    record.db = db;
-                    record.key = key.into();
-                    record.seq = seq;
-                }
-            });
-        }
-    }
+/// Waiters of databases `first` and `second`: (id, db, key, seq).
+pub fn in_databases(first: i32, second: i32) -> Vec<(WaiterId, i32, Box<[u8]>, u64)> {
+    with_registry(|registry| {
+        registry
+            .records
+            .iter()
+            .filter(|(_, record)| record.db == first || record.db == second)
+            .map(|(id, record)| (*id, record.db, record.key.clone(), record.seq))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
-/// SWAPDB: waiters of one database now wait in the other.
-pub fn swap_databases(first: i32, second: i32) {
-    with_registry(|registry| {
-        for record in registry.records.values_mut() {
-            if record.db == first {
-                record.db = second;
-            } else if record.db == second {
-                record.db = first;
-            }
-        }
-    });
+/// Answers these waiters null: the lock they waited for moved away.
+pub fn refuse_ids(ids: impl IntoIterator<Item = WaiterId>) {
+    for id in ids {
+        unblock(id, Outcome::Refused);
+    }
 }
 
 /// Every waiter of database `db` (-1: all), grouped by key in queue order:

@@ -585,3 +585,97 @@ pub fn send_raw(server: &Server, args: &[&str]) -> std::net::TcpStream {
     stream.write_all(&resp_command(args)).expect("raw send");
     stream
 }
+
+// ---------------------------------------------------------------------------
+// Reliability suites (stress, crash, failover): randomness, clocks, counters.
+// ---------------------------------------------------------------------------
+
+/// A small deterministic generator (splitmix64) for randomized workloads, so
+/// that a failing run can be replayed from the seed it prints.
+#[derive(Clone, Debug)]
+pub struct TestRng(u64);
+
+impl TestRng {
+    pub fn new(seed: u64) -> TestRng {
+        TestRng(seed)
+    }
+
+    /// An independent generator for stream `n` of the same seed.
+    pub fn fork(seed: u64, n: u64) -> TestRng {
+        let mut rng = TestRng(seed ^ n.wrapping_mul(0xA076_1D64_78BD_642F));
+        rng.next_u64();
+        rng
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// A number in `low..=high`.
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.below(high - low + 1)
+    }
+
+    /// True with probability `percent`/100.
+    pub fn percent(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// The seed in environment variable `var`, or one taken from the clock.
+pub fn seed_from_env(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| wall_us() as u64)
+}
+
+/// A number from environment variable `var`, or `default`.
+pub fn env_number(var: &str, default: u64) -> u64 {
+    match std::env::var(var) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{var}={text} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Microseconds since the Unix epoch: the clock the server uses for leases,
+/// so that client-side instants compare with lease deadlines.
+pub fn wall_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+/// `CLIENT ID` of a connection.
+pub fn client_id_of(conn: &mut Connection) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("ID")
+        .query(conn)
+        .expect("CLIENT ID")
+}
+
+/// A numeric `name:value` line of `INFO section`.
+pub fn info_number(conn: &mut Connection, section: &str, name: &str) -> i64 {
+    let text = info_field(conn, section, name);
+    text.parse()
+        .unwrap_or_else(|_| panic!("INFO {section} {name}:{text} is not a number"))
+}
+
+/// Whether a command failed because its connection broke (closed, reset or
+/// killed), as opposed to a reply from the server or a read timeout.
+pub fn is_broken_connection(error: &redis::RedisError) -> bool {
+    !error.is_timeout()
+        && (error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal())
+}
