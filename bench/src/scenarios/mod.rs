@@ -1,0 +1,112 @@
+//! The seven scenarios, one module each (fairness, 7, comes from the runs of
+//! contention, 3), and what they share.
+
+pub mod contention;
+pub mod expiry;
+pub mod memory;
+pub mod pairs;
+pub mod queue;
+pub mod throughput;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::resp::{Conn, Reply};
+use crate::{bail, Res};
+
+/// FLUSHALL SYNC: the next run starts from an empty keyspace.
+pub fn flushall(conn: &mut Conn) -> Res<()> {
+    let reply = conn.call(&["FLUSHALL", "SYNC"])?;
+    if !reply.is_ok() {
+        bail!("FLUSHALL replied {reply:?}");
+    }
+    Ok(())
+}
+
+/// The `field:value` lines of `INFO section`.
+pub fn info(conn: &mut Conn, section: &str) -> Res<HashMap<String, String>> {
+    let text = conn
+        .call(&["INFO", section])?
+        .as_text()
+        .ok_or("INFO did not reply text")?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect())
+}
+
+/// One command's line of INFO commandstats.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommandStat {
+    pub calls: u64,
+    pub usec: u64,
+}
+
+/// INFO commandstats, by lower-case command name (`dlock.release`, `evalsha`).
+pub fn commandstats(conn: &mut Conn) -> Res<HashMap<String, CommandStat>> {
+    let mut stats = HashMap::new();
+    for (key, value) in info(conn, "commandstats")? {
+        let Some(name) = key.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let mut stat = CommandStat::default();
+        for part in value.split(',') {
+            match part.split_once('=') {
+                Some(("calls", n)) => stat.calls = n.parse().unwrap_or(0),
+                Some(("usec", n)) => stat.usec = n.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        stats.insert(name.to_lowercase(), stat);
+    }
+    Ok(stats)
+}
+
+/// The wall clock in fractional milliseconds since the epoch (the clock
+/// Redis uses for expiry).
+pub fn wall_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// An integer field of DLOCK.INFO (flat RESP2 array), None when the key is missing.
+pub fn dlock_info_int(conn: &mut Conn, key: &str, field: &str) -> Res<Option<i64>> {
+    let reply = conn.call(&["DLOCK.INFO", key])?;
+    let Some(items) = reply.as_array() else {
+        return Ok(None);
+    };
+    for pair in items.chunks(2) {
+        if let [Reply::Bulk(name), value] = pair {
+            if name == field.as_bytes() {
+                return Ok(value.as_int());
+            }
+        }
+    }
+    bail!("DLOCK.INFO {key} has no {field} field: {reply:?}")
+}
+
+/// Polls DLOCK.INFO until `waiting` reaches `count`.
+pub fn wait_for_waiting(conn: &mut Conn, key: &str, count: i64, patience: Duration) -> Res<()> {
+    let deadline = Instant::now() + patience;
+    loop {
+        let waiting = dlock_info_int(conn, key, "waiting")?.unwrap_or(0);
+        if waiting == count {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{key}: {waiting} waiting after {patience:?}, expected {count}");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Checks a reply, failing the bench with context when it is not as expected.
+pub fn expect(what: &str, reply: &Reply, ok: bool) -> Res<()> {
+    if ok {
+        Ok(())
+    } else {
+        bail!("{what}: unexpected reply {reply:?}")
+    }
+}

@@ -1,0 +1,283 @@
+//! Scenario 1: uncontended acquire throughput on random keys, measured by
+//! redis-benchmark: DLOCK.ACQUIRE against SET NX PX and the re-entrant Lua
+//! lock called by EVALSHA.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use super::{expect, flushall};
+use crate::report::{Section, Table, Target};
+use crate::resp::Conn;
+use crate::scripts::{Scripts, REENTRANT_LOCK};
+use crate::server::{shell_quote, Server};
+use crate::stats::{median, ratio, thousands, times};
+use crate::{bail, sys, Config, Res};
+
+const CLIENTS: u32 = 50;
+const KEYSPACE: u32 = 1_000_000;
+
+struct Design {
+    name: &'static str,
+    args: Vec<String>,
+}
+
+/// One redis-benchmark result.
+struct Run {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// Runs the scenario; also returns the server command line for the report.
+pub fn run(config: &Config) -> Res<(Section, String)> {
+    let server = Server::start(config, &[])?;
+    let mut conn = server.conn()?;
+    let scripts = Scripts::load(&mut conn)?;
+    let designs = [
+        Design {
+            name: "DLOCK.ACQUIRE",
+            args: words(&["DLOCK.ACQUIRE", "lock:__rand_int__", "owner", "60000"]),
+        },
+        Design {
+            name: "SET NX PX",
+            args: words(&["SET", "lock:__rand_int__", "owner", "NX", "PX", "60000"]),
+        },
+        Design {
+            name: "EVALSHA re-entrant lock",
+            args: words(&[
+                "EVALSHA",
+                &scripts.lock,
+                "1",
+                "lock:__rand_int__",
+                "60000",
+                "owner",
+            ]),
+        },
+    ];
+    check_replies(&mut conn, &designs)?;
+
+    let reps = config.pick(1, 5);
+    // Requests per run: sized from a short calibration run of SET NX PX so
+    // that a run of the floor design lasts about `seconds` on this machine.
+    let seconds = config.pick(0.3, 1.5);
+    let mut pipelines = Vec::new();
+    for pipeline in [1u32, 16] {
+        let probe = config.pick(5_000, 20_000) * pipeline.min(4);
+        flushall(&mut conn)?;
+        let rate = benchmark(config, server.port, pipeline, probe, &designs[1].args)?.rps;
+        let requests = ((rate * seconds) as u32).clamp(probe, 3_000_000);
+        pipelines.push((pipeline, requests - requests % 1000));
+    }
+    let mut section = Section::new(1, "Uncontended acquire throughput (redis-benchmark)");
+    section.about = format!(
+        "Acquires of random keys (`lock:__rand_int__`, `-r {KEYSPACE}`), {CLIENTS} \
+         connections, without and with a pipeline of 16, by redis-benchmark \
+         (pinned to the load core). Runs per design: {reps}, interleaved with \
+         the other designs (FLUSHALL before every run); the table shows the median \
+         requests per second and each ratio is the median of the ratios of runs \
+         made back to back. Latencies are redis-benchmark's, per request."
+    );
+    let mut table = Table::new(
+        "",
+        &[
+            "pipeline",
+            "design",
+            "requests/s",
+            "p50 latency",
+            "p99 latency",
+            "vs SET NX PX",
+            "vs EVALSHA",
+        ],
+    );
+    let mut commands = vec![
+        format!(
+            "redis-cli -p PORT SCRIPT LOAD {}   # -> SHA, used below",
+            shell_quote(REENTRANT_LOCK)
+        ),
+        "redis-cli -p PORT FLUSHALL SYNC   # before every run".to_string(),
+    ];
+    for (pipeline, requests) in pipelines {
+        let mut runs: Vec<Vec<Run>> = designs.iter().map(|_| Vec::new()).collect();
+        for rep in 0..reps {
+            for k in 0..designs.len() {
+                let index = (rep + k) % designs.len();
+                flushall(&mut conn)?;
+                let result = benchmark(
+                    config,
+                    server.port,
+                    pipeline,
+                    requests,
+                    &designs[index].args,
+                )?;
+                runs[index].push(result);
+            }
+        }
+        for design in &designs {
+            commands.push(display_command(config, pipeline, requests, &design.args));
+        }
+        let rps: Vec<Vec<f64>> = runs
+            .iter()
+            .map(|runs| runs.iter().map(|r| r.rps).collect())
+            .collect();
+        let paired = |a: usize, b: usize| -> f64 {
+            let ratios: Vec<f64> = rps[a]
+                .iter()
+                .zip(&rps[b])
+                .map(|(x, y)| ratio(*x, *y))
+                .collect();
+            median(&ratios)
+        };
+        for (index, design) in designs.iter().enumerate() {
+            let p50: Vec<f64> = runs[index].iter().map(|r| r.p50_ms).collect();
+            let p99: Vec<f64> = runs[index].iter().map(|r| r.p99_ms).collect();
+            table.row(vec![
+                pipeline.to_string(),
+                design.name.to_string(),
+                thousands(median(&rps[index])),
+                format!("{:.3} ms", median(&p50)),
+                format!("{:.3} ms", median(&p99)),
+                times(paired(index, 1)),
+                times(paired(index, 2)),
+            ]);
+        }
+        section.targets.push(Target::at_least(
+            &format!("acquire throughput, pipeline {pipeline}: DLOCK.ACQUIRE / SET NX PX"),
+            paired(0, 1),
+            0.90,
+        ));
+        section.targets.push(Target::at_least(
+            &format!("acquire throughput, pipeline {pipeline}: DLOCK.ACQUIRE / EVALSHA lock"),
+            paired(0, 2),
+            2.0,
+        ));
+    }
+    section.tables.push(table);
+    section.notes.push(
+        "Without a pipeline each request costs the server a read and a write system call, \
+         which outweigh the command itself, so the designs come out close; with a pipeline of \
+         16 the commands' own cost shows."
+            .into(),
+    );
+    section.commands = commands;
+    let server_command = server.command_line.clone();
+    Ok((section, server_command))
+}
+
+fn words(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// One call of each design on a fixed key, to be sure each does what it
+/// should (redis-benchmark counts error replies as requests too).
+fn check_replies(conn: &mut Conn, designs: &[Design]) -> Res<()> {
+    for design in designs {
+        flushall(conn)?;
+        let args: Vec<String> = design
+            .args
+            .iter()
+            .map(|a| a.replace("__rand_int__", "check"))
+            .collect();
+        let first = conn.call(&args)?;
+        let fine = match design.name {
+            "DLOCK.ACQUIRE" => first.is_grant(),
+            "SET NX PX" => first.is_ok(),
+            _ => first.is_nil(),
+        };
+        expect(design.name, &first, fine)?;
+        let exists = conn.call(&["EXISTS", "lock:check"])?;
+        expect(
+            "EXISTS after an acquire",
+            &exists,
+            exists.as_int() == Some(1),
+        )?;
+    }
+    flushall(conn)
+}
+
+fn benchmark_args(port: &str, pipeline: u32, requests: u32, command: &[String]) -> Vec<String> {
+    let mut args = words(&[
+        "-h",
+        "127.0.0.1",
+        "-p",
+        port,
+        "-c",
+        &CLIENTS.to_string(),
+        "-n",
+        &requests.to_string(),
+        "-r",
+        &KEYSPACE.to_string(),
+        "-P",
+        &pipeline.to_string(),
+        "--csv",
+    ]);
+    args.extend(command.iter().cloned());
+    args
+}
+
+fn display_command(config: &Config, pipeline: u32, requests: u32, command: &[String]) -> String {
+    let mut words = Vec::new();
+    if let Some(cpu) = config.client_cpu {
+        words.push(format!("taskset -c {cpu}"));
+    }
+    words.push(config.redis_benchmark.clone());
+    for arg in benchmark_args("PORT", pipeline, requests, command) {
+        words.push(shell_quote(&arg));
+    }
+    words.join(" ")
+}
+
+fn benchmark(
+    config: &Config,
+    port: u16,
+    pipeline: u32,
+    requests: u32,
+    command: &[String],
+) -> Res<Run> {
+    let args = benchmark_args(&port.to_string(), pipeline, requests, command);
+    let mut process = match config.client_cpu {
+        Some(cpu) => {
+            let mut process = Command::new("taskset");
+            process
+                .arg("-c")
+                .arg(cpu.to_string())
+                .arg(&config.redis_benchmark);
+            process
+        }
+        None => Command::new(&config.redis_benchmark),
+    };
+    process.args(&args).stdin(Stdio::null());
+    // SAFETY: die_with_parent only calls prctl, which is async-signal-safe.
+    unsafe {
+        process.pre_exec(sys::die_with_parent);
+    }
+    let output = process
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", config.redis_benchmark))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() || stderr.contains("Error") {
+        bail!(
+            "redis-benchmark {} failed ({}): {stderr}{stdout}",
+            command.join(" "),
+            output.status
+        );
+    }
+    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    let line = stdout
+        .lines()
+        .find(|line| !line.starts_with("\"test\"") && line.contains(','))
+        .ok_or_else(|| format!("no result from redis-benchmark: {stdout}"))?;
+    let fields: Vec<f64> = line
+        .rsplitn(8, "\",\"")
+        .map(|f| f.trim_matches('"').parse::<f64>().unwrap_or(f64::NAN))
+        .collect();
+    // rsplitn gives the fields last first: max, p99, p95, p50, min, avg, rps, test.
+    if fields.len() != 8 || !fields[6].is_finite() {
+        bail!("cannot read redis-benchmark's result: {line}");
+    }
+    Ok(Run {
+        rps: fields[6],
+        p50_ms: fields[3],
+        p99_ms: fields[1],
+    })
+}

@@ -1,0 +1,231 @@
+//! redis-server processes for the bench: the module loaded, persistence off,
+//! a free port, its own temporary directory, pinned to the server core.
+//! A server is killed when its handle drops (also when a scenario fails) and,
+//! through PR_SET_PDEATHSIG, when the bench itself dies.
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::resp::Conn;
+use crate::{sys, Config, Res};
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// How long a server gets to answer PING after it starts.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+    /// The command line it was started with (with `PORT` for the port).
+    pub command_line: String,
+}
+
+impl Server {
+    /// Starts a server with the base arguments plus `extra`.
+    pub fn start(config: &Config, extra: &[&str]) -> Res<Server> {
+        let dir = std::env::temp_dir().join(format!(
+            "dlock-bench-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let mut last_error = String::new();
+        for _attempt in 0..5 {
+            let port = free_port()?;
+            let (program, args) = server_command(config, port, &dir, extra);
+            let mut command = Command::new(&program);
+            command
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: die_with_parent only calls prctl, which is async-signal-safe.
+            unsafe {
+                command.pre_exec(sys::die_with_parent);
+            }
+            let child = command
+                .spawn()
+                .map_err(|e| format!("cannot start {program}: {e}"))?;
+            let mut server = Server {
+                child: Some(child),
+                port,
+                dir: dir.clone(),
+                command_line: display_command(config, &dir, extra),
+            };
+            match server.wait_ready() {
+                Ok(()) => {
+                    if std::env::var_os("DLOCK_BENCH_VERBOSE").is_some() {
+                        eprintln!(
+                            "redis-server pid {} on port {port}",
+                            server.pid().unwrap_or(0)
+                        );
+                    }
+                    return Ok(server);
+                }
+                Err(error) => {
+                    last_error = format!("{error}; log:\n{}", server.log());
+                    server.kill();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Err(format!("redis-server did not start: {last_error}").into())
+    }
+
+    fn wait_ready(&mut self) -> Res<()> {
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("redis-server exited: {status}").into());
+                }
+            }
+            if let Ok(mut conn) = Conn::connect(self.port) {
+                if let Ok(reply) = conn.call(&["PING"]) {
+                    if reply.as_text().as_deref() == Some("PONG") {
+                        // The module must be there: DLOCK.INFO of a missing key is null.
+                        let probe = conn.call(&["DLOCK.INFO", "bench:probe"]);
+                        return match probe {
+                            Ok(reply) if reply.is_nil() => Ok(()),
+                            other => {
+                                Err(format!("the dlock module is not loaded: {other:?}").into())
+                            }
+                        };
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err("redis-server did not answer PING in time".into())
+    }
+
+    /// A new connection.
+    pub fn conn(&self) -> Res<Conn> {
+        Ok(Conn::connect(self.port)?)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// The server process id (for reports and debugging).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|child| child.id())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn base_args(config: &Config, port: &str, dir: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--port",
+        port,
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--dir",
+        dir,
+        "--logfile",
+        "server.log",
+        "--loadmodule",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(config.module.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// `base_args` for the report: the module path relative to the repository.
+fn shown_args(config: &Config, extra: &[&str]) -> Vec<String> {
+    let root = crate::repo_root();
+    let mut args = base_args(config, "PORT", "DIR", extra);
+    if let Ok(relative) = config.module.strip_prefix(&root) {
+        if let Some(module) = args
+            .iter_mut()
+            .find(|a| **a == config.module.display().to_string())
+        {
+            *module = relative.display().to_string();
+        }
+    }
+    args
+}
+
+fn server_command(
+    config: &Config,
+    port: u16,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (String, Vec<String>) {
+    let args = base_args(config, &port.to_string(), &dir.display().to_string(), extra);
+    match config.server_cpu {
+        Some(cpu) => {
+            let mut all = vec![
+                "-c".to_string(),
+                cpu.to_string(),
+                config.redis_server.clone(),
+            ];
+            all.extend(args);
+            ("taskset".to_string(), all)
+        }
+        None => (config.redis_server.clone(), args),
+    }
+}
+
+/// The command line as documented: `PORT` and `DIR` stand for the free port
+/// and the temporary directory of each run.
+fn display_command(config: &Config, _dir: &std::path::Path, extra: &[&str]) -> String {
+    let mut words = Vec::new();
+    if let Some(cpu) = config.server_cpu {
+        words.push(format!("taskset -c {cpu}"));
+    }
+    words.push(config.redis_server.clone());
+    for arg in shown_args(config, extra) {
+        words.push(shell_quote(&arg));
+    }
+    words.join(" ")
+}
+
+/// Quotes a word for a POSIX shell when it needs it.
+pub fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,+@%".contains(&b));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+fn free_port() -> Res<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
