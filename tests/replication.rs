@@ -156,3 +156,69 @@ fn a_promoted_replica_issues_larger_tokens_than_the_old_master() {
         "token {token} after promotion, {highest} before"
     );
 }
+
+fn stat(conn: &mut Connection, section: &str, field: &str) -> i64 {
+    let text: String = redis::cmd("INFO").arg(section).query(conn).unwrap();
+    let prefix = format!("{field}:");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+}
+
+/// The module skips building its replication effects while nothing listens
+/// (no AOF, no replica, no backlog). Changes made then must still reach a
+/// replica that attaches later (through the full sync), and changes made
+/// while an attached replica is briefly away must reach it through the
+/// backlog (partial resync).
+#[test]
+fn changes_reach_a_late_replica_and_one_that_resyncs_partially() {
+    let master = Server::start();
+    let mut on_master = master.connect();
+    let mut keys: Vec<String> = Vec::new();
+    for i in 0..5 {
+        let key = format!("before:{i}");
+        acquire(&mut on_master, &key, "early", 600_000).unwrap();
+        keys.push(key);
+    }
+    int(&mut on_master, &["DLOCK.RELEASE", "before:0", "early"]);
+
+    let replica = replica_of(&master, &[]);
+    for i in 0..5 {
+        let key = format!("after:{i}");
+        acquire(&mut on_master, &key, "late", 600_000).unwrap();
+        keys.push(key);
+    }
+    wait_for_replica(&mut on_master);
+
+    // Drop the replica's link; it comes back with PSYNC from the backlog.
+    let partial_before = stat(&mut on_master, "stats", "sync_partial_ok");
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut on_master)
+        .unwrap();
+    for i in 0..5 {
+        let key = format!("away:{i}");
+        acquire(&mut on_master, &key, "meanwhile", 600_000).unwrap();
+        keys.push(key);
+    }
+    acquire(&mut on_master, "after:1", "late", 600_000).unwrap();
+    int(&mut on_master, &["DLOCK.RELEASE", "after:2", "late"]);
+    wait_until("the replica to resync", || {
+        stat(&mut on_master, "stats", "sync_partial_ok") > partial_before
+            && stat(&mut on_master, "replication", "connected_slaves") == 1
+    });
+    wait_for_replica(&mut on_master);
+
+    let mut on_replica = replica.connect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    assert_eq!(
+        snapshot(&mut on_master, &keys),
+        snapshot(&mut on_replica, &keys)
+    );
+    assert_eq!(info_int(&mut on_replica, "after:1", "holds"), 2);
+    assert_eq!(info(&mut on_replica, "after:2"), None);
+    assert_eq!(info(&mut on_replica, "before:0"), None);
+}

@@ -6,11 +6,16 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::ffi::{Ctx, KeyName};
-use super::{scheduler, waiters};
+use super::{propagation, scheduler, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
-    let server_events: [(u64, raw::RedisModuleEventCallback); 4] = [
+    let server_events: [(u64, raw::RedisModuleEventCallback); 9] = [
+        (raw::REDISMODULE_EVENT_FORK_CHILD, Some(on_listener_change)),
+        (raw::REDISMODULE_EVENT_REPLICA_CHANGE, Some(on_listener_change)),
+        (raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE, Some(on_listener_change)),
+        (raw::REDISMODULE_EVENT_LOADING, Some(on_listener_change)),
+        (raw::REDISMODULE_EVENT_CONFIG, Some(on_listener_change)),
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
         (
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
@@ -30,12 +35,25 @@ pub fn subscribe(ctx: &redis_module::Context) -> bool {
         == raw::REDISMODULE_OK as i32
 }
 
+/// Anything that may start or stop the replication stream (see
+/// [`propagation`]): a fork, a replica or master link change, loading, a
+/// configuration change.
+unsafe extern "C" fn on_listener_change(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut std::os::raw::c_void,
+) {
+    propagation::reconsider();
+}
+
 unsafe extern "C" fn on_role_change(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut std::os::raw::c_void,
 ) {
+    propagation::reconsider();
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
         let _ = std::panic::catch_unwind(waiters::refuse_all);
     }

@@ -181,6 +181,9 @@ impl Ctx {
 
     /// Propagates `DLOCK.SETSTATE key HOLD owner holds token deadline`.
     pub fn replicate_hold(self, name: KeyName, hold: &Hold) {
+        if !super::propagation::needed(self) {
+            return;
+        }
         api!(RedisModule_Replicate(
             self.raw,
             c"DLOCK.SETSTATE".as_ptr(),
@@ -197,6 +200,9 @@ impl Ctx {
 
     /// Propagates `DLOCK.SETSTATE key FREE`: the hold ended, the queue stays.
     pub fn replicate_free(self, name: KeyName) {
+        if !super::propagation::needed(self) {
+            return;
+        }
         api!(RedisModule_Replicate(
             self.raw,
             c"DLOCK.SETSTATE".as_ptr(),
@@ -208,6 +214,9 @@ impl Ctx {
 
     /// Propagates `DLOCK.SETSTATE key RESERVE owner deadline`.
     pub fn replicate_reserve(self, name: KeyName, owner: &[u8], deadline_ms: u64) {
+        if !super::propagation::needed(self) {
+            return;
+        }
         api!(RedisModule_Replicate(
             self.raw,
             c"DLOCK.SETSTATE".as_ptr(),
@@ -222,6 +231,9 @@ impl Ctx {
 
     /// Propagates `DEL key` to replicas and the AOF.
     pub fn replicate_delete(self, name: KeyName) {
+        if !super::propagation::needed(self) {
+            return;
+        }
         api!(RedisModule_Replicate(self.raw, c"DEL".as_ptr(), c"s".as_ptr(), name.raw) else 0);
     }
 }

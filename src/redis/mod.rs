@@ -7,6 +7,7 @@ pub mod datatype;
 pub mod events;
 mod ffi;
 pub mod keyspace;
+pub mod propagation;
 pub mod registry;
 pub mod scheduler;
 pub mod stats;
