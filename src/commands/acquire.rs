@@ -129,11 +129,15 @@ impl<'a> Acquire<'a> {
             Fallback::Reserve { .. } if self.owner == OwnerArg::Generate => Changes::default(),
             Fallback::Reserve { for_ms } => {
                 let deadline_ms = now_ms.saturating_add(for_ms);
-                lock.reserve(owner, deadline_ms);
-                stats::record(ctx, Event::Reserve, name);
-                Changes {
-                    reserved: Some((owner, deadline_ms)),
-                    ..Changes::default()
+                if lock.reserve(owner, deadline_ms) {
+                    stats::record(ctx, Event::Reserve, name);
+                    Changes {
+                        reserved: Some((owner, deadline_ms)),
+                        ..Changes::default()
+                    }
+                } else {
+                    // Already waiting in the queue: its place is kept.
+                    Changes::default()
                 }
             }
         };

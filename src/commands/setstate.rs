@@ -95,7 +95,9 @@ impl<'a> SetState<'a> {
                 tokens::observe(token);
             }
             SetState::Free => lock.apply_free(),
-            SetState::Reserve { owner, deadline_ms } => lock.reserve(owner, deadline_ms),
+            SetState::Reserve { owner, deadline_ms } => {
+                lock.reserve(owner, deadline_ms);
+            }
         }
         match lock.persisted_expire() {
             Some(deadline_ms) => key.set_deadline(deadline_ms),

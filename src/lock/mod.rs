@@ -235,15 +235,17 @@ impl Lock {
     ///
     /// An owner already waiting in the queue (a blocked client of the same
     /// owner) already has its place: nothing is added.
-    pub fn reserve(&mut self, owner: &[u8], deadline_ms: u64) {
+    /// Returns whether a reservation was made or refreshed.
+    pub fn reserve(&mut self, owner: &[u8], deadline_ms: u64) -> bool {
         let kind = EntryKind::Reservation { deadline_ms };
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
-            None if !self.queue.seqs_of(owner).is_empty() => {}
+            None if !self.queue.seqs_of(owner).is_empty() => return false,
             None => {
                 self.queue.push(owner, kind);
             }
         }
+        true
     }
 
     /// Queues a blocked waiter; an owner with a reservation waits in its

@@ -12,8 +12,14 @@ use super::{propagation, scheduler, waiters};
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
     let server_events: [(u64, raw::RedisModuleEventCallback); 9] = [
         (raw::REDISMODULE_EVENT_FORK_CHILD, Some(on_listener_change)),
-        (raw::REDISMODULE_EVENT_REPLICA_CHANGE, Some(on_listener_change)),
-        (raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE, Some(on_listener_change)),
+        (
+            raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+            Some(on_listener_change),
+        ),
+        (
+            raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE,
+            Some(on_listener_change),
+        ),
         (raw::REDISMODULE_EVENT_LOADING, Some(on_listener_change)),
         (raw::REDISMODULE_EVENT_CONFIG, Some(on_listener_change)),
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),

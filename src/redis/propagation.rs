@@ -54,7 +54,8 @@ pub fn reconsider() {
 /// AOF on, not a plain master, a replica attached, or a backlog to feed.
 fn listeners(ctx: Ctx) -> bool {
     let flags = ctx.flags();
-    if flags & raw::REDISMODULE_CTX_FLAGS_AOF != 0 || flags & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 {
+    if flags & raw::REDISMODULE_CTX_FLAGS_AOF != 0 || flags & raw::REDISMODULE_CTX_FLAGS_MASTER == 0
+    {
         return true;
     }
     let info = api!(RedisModule_GetServerInfo(ctx.raw(), c"replication".as_ptr()) else std::ptr::null_mut());

@@ -136,8 +136,11 @@ pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
             return Vec::new();
         }
         let mut taken = Vec::new();
+        let in_cluster = ctx.in_cluster();
         scheduler.orphans.retain_mut(|group| {
-            if group.db == db && *group.key == *name.bytes() {
+            // In a cluster only an expired lease re-queues (see `rehome`).
+            if group.db == db && *group.key == *name.bytes() && (!in_cluster || group.lease_expired)
+            {
                 taken.append(&mut group.waiters);
                 false
             } else {

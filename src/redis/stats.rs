@@ -85,7 +85,7 @@ pub fn count(event: Event) {
 }
 
 /// The `INFO dlock` fields.
-pub fn fields() -> [(&'static str, u64); 10] {
+pub fn fields() -> [(&'static str, u64); 11] {
     let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     [
         ("acquires", read(&ACQUIRES)),
@@ -97,6 +97,7 @@ pub fn fields() -> [(&'static str, u64); 10] {
         ("block_timeouts", read(&BLOCK_TIMEOUTS)),
         ("blocked_clients", super::waiters::blocked_count() as u64),
         ("reservations", crate::lock::stored_reservations()),
+        ("reservations_made", read(&RESERVATIONS_MADE)),
         ("last_token", super::tokens::last()),
     ]
 }

@@ -37,7 +37,15 @@ struct Record {
     seq: u64,
     owner: Box<[u8]>,
     waiter: Waiter,
+    /// When Redis times the client out (ms since the epoch); None: never.
+    times_out_at: Option<u64>,
 }
+
+/// A waiter whose BLOCK timeout is this close is passed over by hand-offs:
+/// Redis 7.0 runs due timeouts before replying to clients unblocked in the
+/// same event-loop turn, and drops that reply (the grant would be lost while
+/// the lock stays in the waiter's name). It gets null at its timeout instead.
+const TIMEOUT_MARGIN_MS: u64 = 10;
 
 #[derive(Default)]
 struct Registry {
@@ -72,7 +80,15 @@ enum Outcome {
 
 /// Whether waiter `id` is still blocked and waiting.
 pub fn is_waiting(id: WaiterId) -> bool {
-    with_registry(|registry| registry.records.contains_key(&id)).unwrap_or(false)
+    let now = crate::clock::now_ms();
+    with_registry(|registry| {
+        registry.records.get(&id).is_some_and(|record| {
+            record
+                .times_out_at
+                .is_none_or(|at| at > now.saturating_add(TIMEOUT_MARGIN_MS))
+        })
+    })
+    .unwrap_or(false)
 }
 
 /// Number of blocked clients.
@@ -121,6 +137,7 @@ pub fn block(
         seq,
         owner: request.owner.into(),
         waiter,
+        times_out_at: (timeout_ms > 0).then(|| crate::clock::now_ms().saturating_add(timeout_ms)),
     };
     with_registry(|registry| {
         registry.by_handle.insert(handle as usize, id);
@@ -289,13 +306,13 @@ pub fn refuse(waiters: Vec<QueuedWaiter>) {
 
 /// A waiter left (timeout, disconnect): takes it out of its queue and
 /// releases Redis's handle. Returns false if it was no longer waiting.
-fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> bool {
+fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u8]>> {
     let Some((id, record)) = with_registry(|registry| {
         let id = registry.by_handle.remove(&(handle as usize))?;
         registry.records.remove(&id).map(|record| (id, record))
     })
     .flatten() else {
-        return false;
+        return None;
     };
     let previous_db = ctx.selected_db();
     if ctx.select_db(record.db) {
@@ -311,7 +328,7 @@ fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> bool {
     // vacant, hand it on) where propagation is safe.
     scheduler::wake_at(crate::clock::now_ms(), record.db, &record.key);
     api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    true
+    Some(record.key)
 }
 
 fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
@@ -367,8 +384,9 @@ extern "C" fn timeout_callback(
             return;
         }
         let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
-        if !handle.is_null() && depart(ctx, handle) {
-            stats::count(Event::Timeout);
+        if let Some(key) = (!handle.is_null()).then(|| depart(ctx, handle)).flatten() {
+            let name = ctx.key_name(&key);
+            stats::record(ctx, Event::Timeout, name.name());
         }
         ctx.reply_null();
     });
