@@ -233,7 +233,13 @@ fn arm() {
         }
         api!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()) else 0);
     }
-    let delay = next.saturating_sub(now);
+    // Redis timers count whole milliseconds from now. Rounding the wait down
+    // (on the microsecond clock) fires at most 1 ms early, and an early fire
+    // finds nothing due and re-arms with 0 ms until the instant comes, so a
+    // lease ends with its hand-off within the event loop's latency instead
+    // of up to a millisecond later.
+    let due_us = next.saturating_mul(1_000);
+    let delay = due_us.saturating_sub(clock::now_us()) / 1_000;
     let delay = i64::try_from(delay).unwrap_or(i64::MAX);
     let timer =
         api!(RedisModule_CreateTimer(ctx, delay, Some(on_timer), std::ptr::null_mut()) else 0);
