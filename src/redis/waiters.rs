@@ -307,13 +307,11 @@ pub fn refuse(waiters: Vec<QueuedWaiter>) {
 /// A waiter left (timeout, disconnect): takes it out of its queue and
 /// releases Redis's handle. Returns false if it was no longer waiting.
 fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u8]>> {
-    let Some((id, record)) = with_registry(|registry| {
+    let (id, record) = with_registry(|registry| {
         let id = registry.by_handle.remove(&(handle as usize))?;
         registry.records.remove(&id).map(|record| (id, record))
     })
-    .flatten() else {
-        return None;
-    };
+    .flatten()?;
     let previous_db = ctx.selected_db();
     if ctx.select_db(record.db) {
         let name = ctx.key_name(&record.key);
