@@ -246,9 +246,24 @@ fn arm() {
     with_scheduler(|scheduler| scheduler.armed = Some((timer, next)));
 }
 
+/// While clients are paused (`CLIENT PAUSE`, `FAILOVER`, a Cluster manual
+/// failover), how often the timer looks whether the pause has ended.
+const PAUSE_RETRY_MS: u64 = 10;
+
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     with_scheduler(|scheduler| scheduler.armed = None);
     let ctx = Ctx::from_raw(ctx);
+    // During a pause nothing may be added to the replication stream (Redis
+    // asserts on it, and a failover in progress relies on the offsets
+    // standing still): the work waits until the pause ends.
+    if api!(RedisModule_AvoidReplicaTraffic() else 0) != 0 {
+        let timer_ctx = TIMER_CONTEXT.load(Ordering::Relaxed);
+        let retry = i64::try_from(PAUSE_RETRY_MS).unwrap_or(10);
+        let timer = api!(RedisModule_CreateTimer(timer_ctx, retry, Some(on_timer), std::ptr::null_mut()) else 0);
+        let at = clock::now_ms().saturating_add(PAUSE_RETRY_MS);
+        with_scheduler(|scheduler| scheduler.armed = Some((timer, at)));
+        return;
+    }
     let outcome = std::panic::catch_unwind(|| run_due(ctx));
     if outcome.is_err() {
         // Drop what failed rather than retrying it forever.
