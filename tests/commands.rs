@@ -122,11 +122,10 @@ fn an_expired_lease_frees_the_lock_and_removes_the_key_at_once() {
     let mut conn = server.connect();
     let started = Instant::now();
     let (first, _, _) = acquire(&mut conn, "job", "me", 200).unwrap();
-    assert_eq!(
-        acquire(&mut conn, "job", "you", 200),
-        None,
-        "refused while the lease runs"
-    );
+    let refused = acquire(&mut conn, "job", "you", 200);
+    if started.elapsed() < Duration::from_millis(190) {
+        assert_eq!(refused, None, "refused while the lease runs");
+    }
     // Wait out the lease (measured from before the grant, plus a margin for
     // millisecond rounding), then everything must see the lock free at once.
     let lease_over = started + Duration::from_millis(202);
