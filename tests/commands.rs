@@ -122,13 +122,15 @@ fn an_expired_lease_frees_the_lock_and_removes_the_key_at_once() {
     let mut conn = server.connect();
     let started = Instant::now();
     let (first, _, _) = acquire(&mut conn, "job", "me", 200).unwrap();
+    // The server granted it between `started` and now: the lease ends within
+    // 200 ms (plus a millisecond of rounding) of this instant at the latest.
+    let granted = Instant::now();
     let refused = acquire(&mut conn, "job", "you", 200);
     if started.elapsed() < Duration::from_millis(190) {
         assert_eq!(refused, None, "refused while the lease runs");
     }
-    // Wait out the lease (measured from before the grant, plus a margin for
-    // millisecond rounding), then everything must see the lock free at once.
-    let lease_over = started + Duration::from_millis(202);
+    // Wait out the lease, then everything must see the lock free at once.
+    let lease_over = granted + Duration::from_millis(202);
     while Instant::now() < lease_over {
         std::thread::sleep(lease_over - Instant::now());
     }
