@@ -6,29 +6,6 @@ mod common;
 
 use common::*;
 
-fn replica_of(master: &Server, extra: &[&str]) -> Server {
-    let port = master.port.to_string();
-    let mut args = vec![
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-    ];
-    args.extend_from_slice(extra);
-    let replica = Server::with_args(&args);
-    let mut conn = replica.connect();
-    wait_for_info(&mut conn, "replication", "master_link_status:up");
-    replica
-}
-
-fn wait_for_replica(master: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(master).unwrap();
-    assert_eq!(acked, 1, "the replica acknowledged the writes");
-}
-
 #[test]
 fn replica_matches_the_master_after_a_mixed_workload() {
     let master = Server::start();

@@ -21,34 +21,6 @@ const PROMPTLY: Duration = Duration::from_secs(1);
 /// How long a test watches for something that must not happen.
 const WATCH: Duration = Duration::from_millis(150);
 
-fn release(conn: &mut Connection, key: &str, owner: &str) -> i64 {
-    int(conn, &["DLOCK.RELEASE", key, owner])
-}
-
-/// `DLOCK.ACQUIRE key owner ttl BLOCK timeout` on its own connection.
-fn block_acquire(server: &Server, key: &str, owner: &str, ttl: u64, timeout: u64) -> Pending {
-    spawn_command(
-        server,
-        &[
-            "DLOCK.ACQUIRE",
-            key,
-            owner,
-            &ttl.to_string(),
-            "BLOCK",
-            &timeout.to_string(),
-        ],
-    )
-}
-
-/// `DLOCK.FAIR key owner ttl` (no BLOCK) as a grant.
-fn fair(conn: &mut Connection, key: &str, owner: &str, ttl: u64) -> Option<(i64, i64, Vec<u8>)> {
-    grant(cmd(conn, &["DLOCK.FAIR", key, owner, &ttl.to_string()]).expect("DLOCK.FAIR"))
-}
-
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| s.to_string()).collect()
-}
-
 fn exists(conn: &mut Connection, key: &str) -> bool {
     int(conn, &["EXISTS", key]) == 1
 }

@@ -12,53 +12,6 @@ use std::time::{Duration, Instant};
 /// "Promptly" on a shared, noisy machine.
 const PROMPTLY: Duration = Duration::from_secs(1);
 
-fn replica_of(master: &Server) -> Server {
-    let port = master.port.to_string();
-    let replica = Server::with_args(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-    ]);
-    let mut conn = replica.connect();
-    wait_for_info(&mut conn, "replication", "master_link_status:up");
-    replica
-}
-
-fn wait_for_replica(master: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(master).unwrap();
-    assert_eq!(acked, 1, "the replica acknowledged the writes");
-}
-
-fn release(conn: &mut Connection, key: &str, owner: &str) -> i64 {
-    int(conn, &["DLOCK.RELEASE", key, owner])
-}
-
-fn block_acquire(server: &Server, key: &str, owner: &str, ttl: u64, timeout: u64) -> Pending {
-    spawn_command(
-        server,
-        &[
-            "DLOCK.ACQUIRE",
-            key,
-            owner,
-            &ttl.to_string(),
-            "BLOCK",
-            &timeout.to_string(),
-        ],
-    )
-}
-
-fn fair(conn: &mut Connection, key: &str, owner: &str, ttl: u64) -> Option<(i64, i64, Vec<u8>)> {
-    grant(cmd(conn, &["DLOCK.FAIR", key, owner, &ttl.to_string()]).expect("DLOCK.FAIR"))
-}
-
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| s.to_string()).collect()
-}
-
 /// Owner, holds, token, absolute deadline and queue of each key.
 fn states(conn: &mut Connection, keys: &[&str]) -> Vec<(LockState, Vec<String>)> {
     let locks = snapshot(conn, keys);
@@ -84,7 +37,7 @@ fn wall_ms_at(instant: Instant) -> i64 {
 #[test]
 fn the_replica_matches_the_master_after_hand_offs_and_reservations() {
     let master = Server::start();
-    let replica = replica_of(&master);
+    let replica = replica_of(&master, &[]);
     let mut m = master.connect();
     let mut r = replica.connect();
     config_set(&mut m, "dlock.fair-reservation-ms", "60000");
@@ -268,7 +221,7 @@ fn the_replica_matches_the_master_after_hand_offs_and_reservations() {
 #[test]
 fn a_promoted_replica_hands_the_lock_over_at_the_lease_deadline() {
     let master = Server::start();
-    let replica = replica_of(&master);
+    let replica = replica_of(&master, &[]);
     let mut m = master.connect();
     // Right after a full sync Redis may take up to a second (the replica's
     // first ack) to count the replica in WAIT: settle that before the lease.

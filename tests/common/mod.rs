@@ -679,3 +679,58 @@ pub fn is_broken_connection(error: &redis::RedisError) -> bool {
     !error.is_timeout()
         && (error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal())
 }
+
+/// A replica of `master` (persistence off, plus `extra` arguments), once its
+/// link to the master is up.
+pub fn replica_of(master: &Server, extra: &[&str]) -> Server {
+    let port = master.port.to_string();
+    let mut args = vec![
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ];
+    args.extend_from_slice(extra);
+    let replica = Server::with_args(&args);
+    let mut conn = replica.connect();
+    wait_for_info(&mut conn, "replication", "master_link_status:up");
+    replica
+}
+
+/// `WAIT 1`: the replica has acknowledged every write so far.
+pub fn wait_for_replica(master: &mut Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(master).unwrap();
+    assert_eq!(acked, 1, "the replica acknowledged the writes");
+}
+
+/// `DLOCK.RELEASE key owner`: the holds left.
+pub fn release(conn: &mut Connection, key: &str, owner: &str) -> i64 {
+    int(conn, &["DLOCK.RELEASE", key, owner])
+}
+
+/// `DLOCK.ACQUIRE key owner ttl BLOCK timeout` on its own connection.
+pub fn block_acquire(server: &Server, key: &str, owner: &str, ttl: u64, timeout: u64) -> Pending {
+    let (ttl, timeout) = (ttl.to_string(), timeout.to_string());
+    spawn_command(
+        server,
+        &["DLOCK.ACQUIRE", key, owner, &ttl, "BLOCK", &timeout],
+    )
+}
+
+/// `DLOCK.FAIR key owner ttl` (no BLOCK) as a grant.
+pub fn fair(
+    conn: &mut Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+) -> Option<(i64, i64, Vec<u8>)> {
+    grant(cmd(conn, &["DLOCK.FAIR", key, owner, &ttl.to_string()]).expect("DLOCK.FAIR"))
+}
+
+/// Owned copies of string slices.
+pub fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
