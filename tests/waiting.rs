@@ -241,20 +241,7 @@ fn release_hands_the_lock_to_the_head_waiter() {
 #[test]
 fn lease_expiry_hands_the_lock_over_without_anyone_touching_the_key() {
     // Redis's active expiry is off: only the module's timer can act.
-    let server = Server::with_args(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--enable-debug-command",
-        "yes",
-    ]);
-    let mut conn = server.connect();
-    let _: () = redis::cmd("DEBUG")
-        .arg("SET-ACTIVE-EXPIRE")
-        .arg(0)
-        .query(&mut conn)
-        .unwrap();
+    let (server, mut conn) = server_without_active_expiry();
     let before_grant = Instant::now();
     let (first, _, _) = acquire(&mut conn, "job", "holder", 200).unwrap();
     let next = block_acquire(&server, "job", "next", 5_000, 10_000);
@@ -655,20 +642,7 @@ fn fair_again_refreshes_the_reservation_in_place() {
 
 #[test]
 fn an_expired_reservation_on_a_free_lock_moves_the_queue_up() {
-    let server = Server::with_args(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--enable-debug-command",
-        "yes",
-    ]);
-    let mut conn = server.connect();
-    let _: () = redis::cmd("DEBUG")
-        .arg("SET-ACTIVE-EXPIRE")
-        .arg(0)
-        .query(&mut conn)
-        .unwrap();
+    let (server, mut conn) = server_without_active_expiry();
     acquire(&mut conn, "job", "A", 60_000).unwrap();
     assert_eq!(fair(&mut conn, "job", "B", 10_000), None);
     let c = block_acquire(&server, "job", "C", 10_000, 10_000);

@@ -734,3 +734,24 @@ pub fn fair(
 pub fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
+
+/// A server whose active expiry is off (`DEBUG SET-ACTIVE-EXPIRE 0`), so
+/// that only the module's timer, or a command touching the key, can end a
+/// lease; with a connection to it.
+pub fn server_without_active_expiry() -> (Server, Connection) {
+    let server = Server::with_args(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--enable-debug-command",
+        "yes",
+    ]);
+    let mut conn = server.connect();
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    (server, conn)
+}
