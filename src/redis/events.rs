@@ -86,12 +86,9 @@ unsafe extern "C" fn on_swapdb(
         let previous_db = ctx.selected_db();
         for (id, db, key, seq) in &moved {
             let now_in = if *db == first { second } else { first };
-            if ctx.select_db(now_in) {
-                let name = ctx.key_name(key);
-                if let Ok(mut lock_key) = ctx.open_lock(name.name(), false) {
-                    if let Some(lock) = lock_key.lock_mut() {
-                        lock.remove_waiter(*seq, *id);
-                    }
+            if let Some((mut lock_key, _name)) = ctx.open_lock_in(now_in, key, false) {
+                if let Some(lock) = lock_key.lock_mut() {
+                    lock.remove_waiter(*seq, *id);
                 }
             }
         }

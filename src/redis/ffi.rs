@@ -179,6 +179,24 @@ impl Ctx {
         }
     }
 
+    /// Selects database `db` and opens the lock at `key` there, for code that
+    /// runs outside a command (timers, events, blocked-client callbacks).
+    /// `None` when the database does not exist or the key holds another
+    /// type. The caller restores the selected database if it must.
+    pub fn open_lock_in(
+        self,
+        db: i32,
+        key: &[u8],
+        writable: bool,
+    ) -> Option<(LockKey, OwnedKeyName)> {
+        if !self.select_db(db) {
+            return None;
+        }
+        let name = self.key_name(key);
+        let lock_key = self.open_lock(name.name(), writable).ok()?;
+        Some((lock_key, name))
+    }
+
     /// Propagates `DLOCK.SETSTATE key HOLD owner holds token deadline`.
     pub fn replicate_hold(self, name: KeyName, hold: &Hold) {
         if !super::propagation::needed(self) {

@@ -88,12 +88,12 @@ pub fn settle(
         Some(deadline_ms) => key.set_deadline(deadline_ms),
         None => key.remove_expire(),
     }
-    let db = ctx.selected_db();
+    // Only SESSION holds and locks with waiters need the database number.
     if let (true, Some(client)) = (changes.hold, session) {
-        scheduler::track_session(client, db, name.bytes());
+        scheduler::track_session(client, ctx.selected_db(), name.bytes());
     }
     if let Some(at) = wakeup_at {
-        scheduler::wake_at(at, db, name.bytes());
+        scheduler::wake_at(at, ctx.selected_db(), name.bytes());
     }
     for grant in woken {
         waiters::wake(grant);

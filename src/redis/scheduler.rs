@@ -325,11 +325,7 @@ fn run_round(ctx: Ctx, now: u64) {
 
 /// Hands on, re-arms or deletes the lock at `db`/`key` as its state requires.
 fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
-    if !ctx.select_db(db) {
-        return;
-    }
-    let name = ctx.key_name(key);
-    let Ok(mut lock_key) = ctx.open_lock(name.name(), true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
         return;
     };
     if lock_key.lock().is_some() {
@@ -345,11 +341,7 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
 }
 
 fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
-    if !ctx.select_db(db) {
-        return;
-    }
-    let name = ctx.key_name(key);
-    let Ok(mut lock_key) = ctx.open_lock(name.name(), true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
         return;
     };
     let ended = lock_key
@@ -368,7 +360,7 @@ fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
 /// Re-queues the waiters of a deleted lock value at their key (a new lock
 /// if the key is empty), then hands the lock to the head.
 fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
-    let (db, key, entries) = (group.db, &group.key, group.waiters.clone());
+    let entries = group.waiters.clone();
     if ctx.in_cluster() && !group.lease_expired {
         // In a cluster the value may have left for another node (MIGRATE
         // during resharding deletes it here exactly as DEL does): granting a
@@ -377,24 +369,16 @@ fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
         waiters::refuse(entries);
         return;
     }
-    if !ctx.select_db(db) {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key, true) else {
         waiters::refuse(entries);
         return;
-    }
-    let name = ctx.key_name(key);
-    let mut lock_key = match ctx.open_lock(name.name(), true) {
-        Ok(lock_key) => lock_key,
-        Err(_) => {
-            waiters::refuse(entries);
-            return;
-        }
     };
     if lock_key.lock().is_none() && lock_key.insert(Lock::new()).is_err() {
         waiters::refuse(entries);
         return;
     }
     if let Some(lock) = lock_key.lock_mut() {
-        waiters::requeue(lock, db, key, entries);
+        waiters::requeue(lock, group.db, &group.key, entries);
     }
     if group.lease_expired {
         stats::record(ctx, Event::Expire, name.name());

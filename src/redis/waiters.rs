@@ -188,26 +188,30 @@ pub struct OrphanGroup {
 
 /// Where each waiter of a dying lock value waited: groups by key, in queue order.
 pub fn locate(waiters: Vec<QueuedWaiter>, lease_expired: bool) -> Vec<OrphanGroup> {
-    let mut groups: Vec<OrphanGroup> = Vec::new();
-    for (owner, waiter) in waiters {
-        let place = with_registry(|registry| {
-            registry
-                .records
-                .get(&waiter.id)
-                .map(|record| (record.db, record.key.clone()))
+    let places = waiters.into_iter().filter_map(|(owner, waiter)| {
+        let (db, key) = with_registry(|registry| {
+            let record = registry.records.get(&waiter.id)?;
+            Some((record.db, record.key.clone()))
         })
-        .flatten();
-        let Some((db, key)) = place else {
-            continue;
-        };
+        .flatten()?;
+        Some((db, key, (owner, waiter)))
+    });
+    group_by_key(places, lease_expired)
+}
+
+/// Groups consecutive waiters of the same key.
+fn group_by_key(
+    places: impl Iterator<Item = (i32, Box<[u8]>, QueuedWaiter)>,
+    lease_expired: bool,
+) -> Vec<OrphanGroup> {
+    let mut groups: Vec<OrphanGroup> = Vec::new();
+    for (db, key, waiter) in places {
         match groups.last_mut() {
-            Some(group) if group.db == db && group.key == key => {
-                group.waiters.push((owner, waiter));
-            }
+            Some(group) if group.db == db && group.key == key => group.waiters.push(waiter),
             _ => groups.push(OrphanGroup {
                 db,
                 key,
-                waiters: vec![(owner, waiter)],
+                waiters: vec![waiter],
                 lease_expired,
             }),
         }
@@ -270,19 +274,12 @@ pub fn orphan_database(db: i32) -> Vec<OrphanGroup> {
     })
     .unwrap_or_default();
     places.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
-    let mut groups: Vec<OrphanGroup> = Vec::new();
-    for (db, key, _, waiter) in places {
-        match groups.last_mut() {
-            Some(group) if group.db == db && group.key == key => group.waiters.push(waiter),
-            _ => groups.push(OrphanGroup {
-                db,
-                key,
-                waiters: vec![waiter],
-                lease_expired: false,
-            }),
-        }
-    }
-    groups
+    group_by_key(
+        places
+            .into_iter()
+            .map(|(db, key, _, waiter)| (db, key, waiter)),
+        false,
+    )
 }
 
 /// The server became a replica: every waiter is answered null at once
@@ -313,15 +310,12 @@ fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u
     })
     .flatten()?;
     let previous_db = ctx.selected_db();
-    if ctx.select_db(record.db) {
-        let name = ctx.key_name(&record.key);
-        if let Ok(mut key) = ctx.open_lock(name.name(), true) {
-            if let Some(lock) = key.lock_mut() {
-                lock.remove_waiter(record.seq, id);
-            }
+    if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key, true) {
+        if let Some(lock) = key.lock_mut() {
+            lock.remove_waiter(record.seq, id);
         }
-        ctx.select_db(previous_db);
     }
+    ctx.select_db(previous_db);
     // The queue changed: let the scheduler settle the key (delete it if
     // vacant, hand it on) where propagation is safe.
     scheduler::wake_at(crate::clock::now_ms(), record.db, &record.key);
