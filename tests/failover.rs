@@ -39,26 +39,14 @@ const FINAL_WAIT_MS: u64 = 4_000;
 /// churn must not stall its queues for the default 5 s.
 const RESERVATION_MS: &str = "100";
 
-fn replica_of(master: &Server) -> Server {
+/// A replica whose reservations last as briefly as the master's.
+fn short_reservation_replica(master: &Server) -> Server {
     config_set(
         &mut master.connect(),
         "dlock.fair-reservation-ms",
         RESERVATION_MS,
     );
-    let port = master.port.to_string();
-    let replica = Server::with_args(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-    ]);
-    let mut conn = replica.connect();
-    config_set(&mut conn, "dlock.fair-reservation-ms", RESERVATION_MS);
-    wait_for_info(&mut conn, "replication", "master_link_status:up");
-    replica
+    replica_of(master, &["--dlock.fair-reservation-ms", RESERVATION_MS])
 }
 
 /// `WAIT 1 2000` on `conn`: whether the replica acknowledged its writes.
@@ -449,7 +437,7 @@ fn report(what: &str, shared: &Shared, started: Instant, extra: &str) {
 fn killed_master_promoted_replica_keeps_acknowledged_locks() {
     let started = Instant::now();
     let mut master = Server::start();
-    let replica = replica_of(&master);
+    let replica = short_reservation_replica(&master);
     let shared = Arc::new(Shared {
         port: master.port,
         seed: seed_from_env("DLOCK_FAILOVER_SEED"),
@@ -529,7 +517,7 @@ fn orderly_failover_loses_nothing_and_keeps_token_order() {
         &[("appendonly.aof", &aof)],
         &["--appendonly", "yes", "--save", ""],
     );
-    let replica = replica_of(&master);
+    let replica = short_reservation_replica(&master);
     let shared = Arc::new(Shared {
         port: master.port,
         seed: seed_from_env("DLOCK_FAILOVER_SEED"),
@@ -664,7 +652,7 @@ fn orderly_failover_loses_nothing_and_keeps_token_order() {
 #[test]
 fn a_session_close_changes_nothing_while_writes_are_paused() {
     let master = Server::start();
-    let replica = replica_of(&master);
+    let replica = short_reservation_replica(&master);
     let mut conn = master.connect();
     let mut holder = master.connect();
     let granted = cmd(

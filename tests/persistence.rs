@@ -101,16 +101,7 @@ fn rdb_persists_the_token_counter_even_with_no_lock_left() {
 }
 
 fn aof_round_trip(preamble: &str) {
-    let args = [
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        preamble,
-    ];
+    let args = aof_always_args(preamble);
     let mut server = Server::with_args(&args);
     let mut conn = server.connect();
     let highest = workload(&mut conn);
@@ -163,14 +154,7 @@ fn tokens_never_go_backwards_after_a_restart_without_persistence() {
 
 #[test]
 fn digest_copy_and_memory_usage() {
-    let server = Server::with_args(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--enable-debug-command",
-        "yes",
-    ]);
+    let server = server_with_debug();
     let mut conn = server.connect();
     acquire(&mut conn, "a", "owner", 600_000).unwrap();
     let digest = |conn: &mut Connection, key: &str| -> Vec<String> {

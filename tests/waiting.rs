@@ -508,14 +508,7 @@ fn deleting_and_acquiring_in_one_transaction_or_script_does_not_barge() {
 
 #[test]
 fn a_lease_that_ends_while_the_server_is_busy_lets_nobody_barge() {
-    let server = Server::with_args(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--enable-debug-command",
-        "yes",
-    ]);
+    let server = server_with_debug();
     let mut conn = server.connect();
     acquire(&mut conn, "job", "A", 300).unwrap();
     let b = block_acquire(&server, "job", "B", 60_000, 10_000);

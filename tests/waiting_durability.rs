@@ -438,16 +438,7 @@ fn rdb_restores_reservations_and_hand_offs() {
 }
 
 fn aof_round_trip(preamble: &str, rewrite: bool) {
-    let args = [
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        preamble,
-    ];
+    let args = aof_always_args(preamble);
     let mut server = Server::with_args(&args);
     let mut conn = server.connect();
     let stuck = first_phase(&server, &mut conn);

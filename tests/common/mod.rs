@@ -739,14 +739,7 @@ pub fn strings(items: &[&str]) -> Vec<String> {
 /// that only the module's timer, or a command touching the key, can end a
 /// lease; with a connection to it.
 pub fn server_without_active_expiry() -> (Server, Connection) {
-    let server = Server::with_args(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--enable-debug-command",
-        "yes",
-    ]);
+    let server = server_with_debug();
     let mut conn = server.connect();
     let _: () = redis::cmd("DEBUG")
         .arg("SET-ACTIVE-EXPIRE")
@@ -754,4 +747,31 @@ pub fn server_without_active_expiry() -> (Server, Connection) {
         .query(&mut conn)
         .unwrap();
     (server, conn)
+}
+
+/// A server with persistence off and the DEBUG command enabled.
+pub fn server_with_debug() -> Server {
+    Server::with_args(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--enable-debug-command",
+        "yes",
+    ])
+}
+
+/// Arguments of a server logging every write to its AOF, fsynced at once,
+/// with or without the RDB preamble (`"yes"`/`"no"`).
+pub fn aof_always_args(preamble: &str) -> [&str; 8] {
+    [
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        preamble,
+    ]
 }
