@@ -19,7 +19,7 @@ use redis_module::raw;
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{settle, Changes};
 use super::stats::{self, Event};
-use super::waiters::{self, OrphanGroup, QueuedWaiter};
+use super::waiters::{self, OrphanGroup};
 use crate::clock;
 use crate::lock::Lock;
 
@@ -130,17 +130,16 @@ pub fn adopt_orphans(groups: Vec<OrphanGroup>) {
 /// value under them was just deleted, e.g. by Redis expiring the key as this
 /// command opened it), so that nobody takes the lock ahead of them.
 pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
+    if with_scheduler(|scheduler| scheduler.orphans.is_empty()).unwrap_or(true) {
+        return;
+    }
     let db = ctx.selected_db();
-    let waiting: Vec<QueuedWaiter> = match with_scheduler(|scheduler| {
-        if scheduler.orphans.is_empty() {
-            return Vec::new();
-        }
+    let in_cluster = ctx.in_cluster();
+    let waiting = with_scheduler(|scheduler| {
         let mut taken = Vec::new();
-        let in_cluster = ctx.in_cluster();
         scheduler.orphans.retain_mut(|group| {
-            // In a cluster only an expired lease re-queues (see `rehome`).
-            if group.db == db && *group.key == *name.bytes() && (!in_cluster || group.lease_expired)
-            {
+            let here = group.db == db && *group.key == *name.bytes();
+            if here && rehomes_here(in_cluster, group) {
                 taken.append(&mut group.waiters);
                 false
             } else {
@@ -148,10 +147,11 @@ pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
             }
         });
         taken
-    }) {
-        Some(waiting) if !waiting.is_empty() => waiting,
-        _ => return,
-    };
+    })
+    .unwrap_or_default();
+    if waiting.is_empty() {
+        return;
+    }
     if key.lock().is_none() && key.insert(Lock::new()).is_err() {
         waiters::refuse(waiting);
         return;
@@ -357,15 +357,21 @@ fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
     }
 }
 
+/// Whether orphaned waiters may be re-queued at their key on this server.
+/// In a cluster a value may have left for another node (MIGRATE during
+/// resharding deletes it here exactly as DEL does): granting a lock here
+/// could make a second holder, so only a value that Redis expired (its lease
+/// ended, here) is handed on; other waiters get null and retry, following
+/// MOVED if the slot moved.
+fn rehomes_here(in_cluster: bool, group: &OrphanGroup) -> bool {
+    !in_cluster || group.lease_expired
+}
+
 /// Re-queues the waiters of a deleted lock value at their key (a new lock
 /// if the key is empty), then hands the lock to the head.
 fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
     let entries = group.waiters.clone();
-    if ctx.in_cluster() && !group.lease_expired {
-        // In a cluster the value may have left for another node (MIGRATE
-        // during resharding deletes it here exactly as DEL does): granting a
-        // lock here could make a second holder. The waiters get null and
-        // retry, following MOVED if the slot moved.
+    if !rehomes_here(ctx.in_cluster(), group) {
         waiters::refuse(entries);
         return;
     }
