@@ -59,7 +59,21 @@ fn command_info_has_arity_flags_and_key_specs() {
     let mut conn = server.connect();
     let info = text(&cmd(&mut conn, &["COMMAND", "INFO", "dlock.info"]).unwrap());
     assert!(info.starts_with("dlock.info 2 "), "{info}");
-    assert!(info.contains("readonly") && info.contains("RO"), "{info}");
+    assert!(
+        info.contains("readonly") && info.contains("fast") && info.contains("RO"),
+        "{info}"
+    );
+    for (command, arity) in [("dlock.fair", -4), ("dlock.release", 3), ("dlock.renew", 4)] {
+        let writer = text(&cmd(&mut conn, &["COMMAND", "INFO", command]).unwrap());
+        assert!(
+            writer.starts_with(&format!("{command} {arity} ")),
+            "{writer}"
+        );
+        assert!(
+            writer.contains("write") && writer.contains("denyoom") && writer.contains("RW"),
+            "{writer}"
+        );
+    }
     let acquire = text(&cmd(&mut conn, &["COMMAND", "INFO", "dlock.acquire"]).unwrap());
     assert!(acquire.starts_with("dlock.acquire -4 "), "{acquire}");
     assert!(

@@ -518,3 +518,30 @@ fn a_server_restarted_from_aof_hands_over_at_the_lease_deadline() {
         false,
     );
 }
+
+/// A SESSION hold outlives its connection across a restart (the connection
+/// no longer exists): it simply lives until its lease ends.
+#[test]
+fn a_session_hold_restored_after_a_restart_lives_until_its_lease_ends() {
+    let mut server = Server::with_args(&aof_always_args("yes"));
+    let mut holder = server.connect();
+    let reply = cmd(
+        &mut holder,
+        &["DLOCK.ACQUIRE", "job", "A", "1500", "SESSION"],
+    )
+    .unwrap();
+    let (token, _, _) = grant(reply).expect("granted");
+    server.kill();
+    server.restart();
+    let mut conn = server.connect();
+    assert_eq!(info_owner(&mut conn, "job"), Some(b"A".to_vec()));
+    assert_eq!(info_int(&mut conn, "job", "token"), token);
+    // Connections coming and going do not release it.
+    drop(server.connect());
+    assert_eq!(acquire(&mut conn, "job", "B", 1_000), None);
+    assert_eq!(info_owner(&mut conn, "job"), Some(b"A".to_vec()));
+    wait_until("the restored lease to end", || {
+        int(&mut conn, &["EXISTS", "job"]) == 0
+    });
+    assert!(acquire(&mut conn, "job", "B", 1_000).is_some());
+}
