@@ -19,12 +19,19 @@ use crate::lock::{Lock, MAX_TOKEN};
 
 static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
 
-/// Records Redis's main thread and asks Redis to report a truncated or
-/// corrupt value as an error to the loader instead of aborting the server;
-/// called from the module's init.
+/// Records Redis's main thread and declares the module's options; called
+/// from the module's init:
+/// * `HANDLE_IO_ERRORS`: a truncated or corrupt value is reported to the
+///   loader as an error instead of aborting the server;
+/// * `HANDLE_REPL_ASYNC_LOAD`: a replica may load its master's data set
+///   beside the live one (`repl-diskless-load swapdb`, async loading); the
+///   module keeps the two apart (see [`super::events`]). Servers without
+///   async loading ignore the flag.
 pub fn init(ctx: &redis_module::Context) {
     let _ = MAIN_THREAD.set(std::thread::current().id());
-    api!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
+    let options =
+        raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
+    api!(RedisModule_SetModuleOptions(ctx.ctx, options as c_int) else ());
 }
 
 fn on_main_thread() -> bool {
@@ -121,7 +128,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         match lock {
             Some(lock) => {
                 if let Some(hold) = lock.stored_hold() {
-                    tokens::observe(hold.token);
+                    tokens::observe_loaded(hold.token);
                 }
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
             }
@@ -208,17 +215,25 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
     let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    if !on_main_thread() {
+        // An asynchronous flush (FLUSHALL ASYNC, a replica discarding a data
+        // set after a diskless load) frees on a background thread, where the
+        // main thread's registries must not be touched; its waiters were
+        // dealt with by the flush event, and nothing is counted.
+        return;
+    }
+    if lock.stored_hold().is_none() && lock.queue().waiter_count() == 0 {
+        // The common end of a lock (released, then deleted): nothing to do.
+        return;
+    }
     let now = crate::clock::now_ms();
     let lease_expired = lock.stored_hold().is_some_and(|hold| !hold.is_live(now));
     let has_waiters = lock.queue().waiter_count() > 0;
-    if lease_expired && !has_waiters {
-        // Redis expired the key (or it was deleted after its lease ended).
-        stats::count(Event::Expire);
-    }
-    if !has_waiters || !on_main_thread() {
-        // (An asynchronous FLUSHALL frees on a background thread, where the
-        // main thread's registries must not be touched; its waiters then end
-        // at their timeout.)
+    if !has_waiters {
+        if lease_expired {
+            // Redis expired the key (or it was deleted after its lease ended).
+            stats::count(Event::Expire);
+        }
         return;
     }
     // The key was deleted, flushed, evicted or expired under its waiters:
@@ -260,7 +275,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when:
         }
         match raw::load_unsigned(rdb) {
             Ok(last) if last <= MAX_TOKEN => {
-                tokens::observe(last);
+                tokens::observe_loaded(last);
                 raw::REDISMODULE_OK as c_int
             }
             _ => raw::REDISMODULE_ERR as c_int,

@@ -6,11 +6,11 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::ffi::{Ctx, KeyName};
-use super::{propagation, scheduler, waiters};
+use super::{propagation, scheduler, tokens, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
-    let server_events: [(u64, raw::RedisModuleEventCallback); 9] = [
+    let server_events: [(u64, raw::RedisModuleEventCallback); 10] = [
         (raw::REDISMODULE_EVENT_FORK_CHILD, Some(on_listener_change)),
         (
             raw::REDISMODULE_EVENT_REPLICA_CHANGE,
@@ -29,6 +29,7 @@ pub fn subscribe(ctx: &redis_module::Context) -> bool {
         ),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
+        (raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, Some(on_async_load)),
     ];
     for (id, callback) in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -63,6 +64,34 @@ unsafe extern "C" fn on_role_change(
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
         let _ = std::panic::catch_unwind(waiters::refuse_all);
     }
+}
+
+/// A replica loading its master's data set beside the live one (diskless
+/// `swapdb` loading; with async loading it keeps serving the old locks
+/// meanwhile). Lock values live in the keyspace and follow their data set;
+/// what lives outside it is kept apart:
+/// * tokens read from the loading data set are set aside until it replaces
+///   the live one, and dropped if the load is aborted;
+/// * on completion the old data set is discarded (freed on a background
+///   thread, where its values cannot reach the registries): waiters, due
+///   keys, orphans and SESSION places of the old data set are forgotten
+///   and any waiter is answered null, as on a role change.
+unsafe extern "C" fn on_async_load(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut std::os::raw::c_void,
+) {
+    let _ = std::panic::catch_unwind(|| match subevent {
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => tokens::begin_aside(),
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => tokens::discard_aside(),
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
+            tokens::adopt_aside();
+            waiters::refuse_all();
+            scheduler::forget_keyspace();
+        }
+        _ => {}
+    });
 }
 
 unsafe extern "C" fn on_swapdb(

@@ -201,6 +201,18 @@ pub fn swap_session_databases(first: i32, second: i32) {
     });
 }
 
+/// The data set was replaced (a replica's async load completed): forget
+/// every place of the old one. The armed timer, if any, finds nothing due.
+pub fn forget_keyspace() {
+    with_scheduler(|scheduler| {
+        scheduler.due.clear();
+        scheduler.pending.clear();
+        scheduler.orphans.clear();
+        scheduler.sessions.clear();
+        scheduler.closed.clear();
+    });
+}
+
 /// Connection `client` closed: release its SESSION holds soon.
 pub fn client_closed(client: u64) {
     let tracked = with_scheduler(|scheduler| {
