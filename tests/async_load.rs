@@ -298,3 +298,79 @@ fn an_aborted_async_load_leaves_the_old_locks_and_nothing_else() {
     assert_eq!(info_int(conn, "old", "token"), load.old_token);
     assert!(!load.replica.log().contains("panicked"));
 }
+
+/// Statistics of a non-lock key after RENAME, MOVE and COPY: keyspace hits
+/// and misses, and the key's LFU frequency, on a server whose LFU counter
+/// rises by one on every access.
+fn statistics_after_moves(server: &Server) -> Vec<String> {
+    let mut conn = server.connect();
+    config_set(&mut conn, "maxmemory-policy", "allkeys-lfu");
+    config_set(&mut conn, "lfu-log-factor", "0");
+    config_set(&mut conn, "lfu-decay-time", "0");
+    let _: () = redis::cmd("SET")
+        .arg("plain")
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("other")
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut stats = |conn: &mut Connection, what: &str, db: i64, key: &str| {
+        let _: () = redis::cmd("SELECT").arg(db).query(conn).unwrap();
+        let freq = cmd(conn, &["OBJECT", "FREQ", key]).unwrap();
+        let _: () = redis::cmd("SELECT").arg(0).query(conn).unwrap();
+        seen.push(format!(
+            "{what}: hits {} misses {} freq {freq:?}",
+            info_field(conn, "stats", "keyspace_hits"),
+            info_field(conn, "stats", "keyspace_misses"),
+        ));
+    };
+    cmd(&mut conn, &["RENAME", "plain", "renamed"]).unwrap();
+    stats(&mut conn, "RENAME", 0, "renamed");
+    cmd(&mut conn, &["RENAME", "renamed", "other"]).unwrap();
+    stats(&mut conn, "RENAME over a key", 0, "other");
+    cmd(&mut conn, &["MOVE", "other", "1"]).unwrap();
+    stats(&mut conn, "MOVE", 1, "other");
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut conn).unwrap();
+    cmd(&mut conn, &["COPY", "other", "copied"]).unwrap();
+    let _: () = redis::cmd("SELECT").arg(0).query(&mut conn).unwrap();
+    stats(&mut conn, "COPY", 1, "copied");
+    stats(&mut conn, "COPY source", 1, "other");
+    cmd(&mut conn, &["RENAME", "missing", "nowhere"]).unwrap_err();
+    stats(&mut conn, "RENAME of a missing key", 0, "plain");
+    // IDLETIME under an LRU policy: the key was just touched on both.
+    config_set(&mut conn, "maxmemory-policy", "allkeys-lru");
+    let _: () = redis::cmd("SET")
+        .arg("fresh")
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
+    cmd(&mut conn, &["RENAME", "fresh", "fresher"]).unwrap();
+    let idle = cmd(&mut conn, &["OBJECT", "IDLETIME", "fresher"]).unwrap();
+    seen.push(format!("IDLETIME {idle:?}"));
+    seen.push(format!(
+        "hits {} misses {}",
+        info_field(&mut conn, "stats", "keyspace_hits"),
+        info_field(&mut conn, "stats", "keyspace_misses"),
+    ));
+    seen
+}
+
+#[test]
+fn rename_move_and_copy_change_statistics_of_other_keys_as_without_dlock() {
+    let plain = Server::without_module(&[]);
+    let expected = statistics_after_moves(&plain);
+    let with_dlock = Server::start();
+    // A lock in the keyspace, so that the module has something to watch.
+    let mut conn = with_dlock.connect();
+    acquire(&mut conn, "lock", "A", 60_000).unwrap();
+    let seen = statistics_after_moves(&with_dlock);
+    assert_eq!(seen, expected);
+}

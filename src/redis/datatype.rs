@@ -11,7 +11,7 @@ use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::ffi::api;
+use super::ffi::{api, KeyName};
 use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
 use crate::lock::codec::{self, reservations, Sink, Source};
@@ -62,8 +62,10 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy: Some(copy),
         defrag: None,
         mem_usage2: None,
+        // Without a free effort Redis counts a value as one allocation and
+        // frees it at once, on the main thread, right after unlinking it.
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink),
         copy2: None,
         aux_save2: None,
     },
@@ -222,14 +224,16 @@ unsafe extern "C" fn free(value: *mut c_void) {
         // dealt with by the flush event, and nothing is counted.
         return;
     }
-    if lock.stored_hold().is_none() && lock.queue().waiter_count() == 0 {
+    // Waiters taken out when Redis unlinked the value (see `unlink`).
+    let mut departed = scheduler::take_departed_waiters(value as usize);
+    if lock.stored_hold().is_none() && lock.queue().waiter_count() == 0 && departed.is_empty() {
         // The common end of a lock (released, then deleted): nothing to do.
         return;
     }
     let now = crate::clock::now_ms();
     let lease_expired = lock.stored_hold().is_some_and(|hold| !hold.is_live(now));
-    let has_waiters = lock.queue().waiter_count() > 0;
-    if !has_waiters {
+    departed.extend(lock.take_waiters());
+    if departed.is_empty() {
         if lease_expired {
             // Redis expired the key (or it was deleted after its lease ended).
             stats::count(Event::Expire);
@@ -240,9 +244,44 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // they are re-queued at the same key and the head is granted, by a timer
     // (no key may be touched while Redis is freeing one).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let groups = waiters::locate(lock.take_waiters(), lease_expired);
+        let groups = waiters::locate(departed, lease_expired);
         scheduler::adopt_orphans(groups);
     }));
+}
+
+/// Redis took the value off its key: deleted (DEL, UNLINK, expiry,
+/// eviction, overwrite; `free` follows at once) or moved (RENAME, MOVE;
+/// nothing follows). Most locks have neither waiters nor a SESSION hold and
+/// cost two reads here. Otherwise the waiters leave the value now, so that
+/// a moved lock never grants them a name they did not ask for, and the
+/// scheduler learns which of the two it was (see `scheduler::depart`).
+/// This replaces a keyspace-event subscription, which made Redis call into
+/// the module for every DEL and EXPIRE of any key.
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guarded((), || {
+        if !on_main_thread() {
+            return;
+        }
+        // SAFETY: Redis passes a value of this type, still alive; it is ours
+        // to change (Redis only moves or frees it).
+        let Some(lock) = (unsafe { value.cast_mut().cast::<Lock>().as_mut() }) else {
+            return;
+        };
+        let session = lock.stored_hold().and_then(|hold| hold.session);
+        if lock.queue().waiter_count() == 0 && session.is_none() {
+            return;
+        }
+        let db = api!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+        let name = api!(RedisModule_GetKeyNameFromOptCtx(ctx) else std::ptr::null());
+        let name = KeyName::from_raw(name.cast_mut());
+        scheduler::depart(
+            value as usize,
+            db,
+            name.bytes(),
+            lock.take_waiters(),
+            session,
+        );
+    })
 }
 
 unsafe extern "C" fn copy(
