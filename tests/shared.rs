@@ -56,7 +56,7 @@ fn str_of(bytes: &[u8]) -> String {
 fn many_readers_hold_the_lock_at_once() {
     let server = Server::start();
     let mut conn = server.connect();
-    let before = dlock_counter(&mut conn, "shared");
+    let before = info_number(&mut conn, "dlock", "dlock_shared_grants");
     let mut tokens = Vec::new();
     for i in 0..6 {
         let owner = format!("r{i}");
@@ -88,9 +88,11 @@ fn many_readers_hold_the_lock_at_once() {
     assert_eq!(exclusive(&mut conn, "doc", "w", LONG), None);
     assert_eq!(waiting(&mut conn, "doc"), 0);
     assert_eq!(holder_counts(&mut conn, "doc"), expected);
-    if let (Some((name, old)), Some((_, new))) = (before, dlock_counter(&mut conn, "shared")) {
-        assert!(new >= old + 6, "INFO dlock {name} counts shared grants");
-    }
+    assert_eq!(
+        info_number(&mut conn, "dlock", "dlock_shared_grants"),
+        before + 6,
+        "INFO dlock counts the shared grants"
+    );
 
     for i in 0..6 {
         assert_eq!(release_shared(&mut conn, "doc", &format!("r{i}")), 0);
@@ -652,7 +654,7 @@ fn a_second_upgrader_gets_deadlock_and_nothing_changes() {
     let upgrade = block_acquire(&server, "doc", "r1", LONG, 20_000);
     wait_for_waiting(&mut conn, "doc", 2);
     let before = picture(&mut conn, "doc");
-    let deadlocks = dlock_counter(&mut conn, "deadlock");
+    let deadlocks = info_number(&mut conn, "dlock", "dlock_deadlocks");
 
     for args in [
         &["DLOCK.ACQUIRE", "doc", "r2", "60000", "BLOCK", "0"][..],
@@ -671,10 +673,11 @@ fn a_second_upgrader_gets_deadlock_and_nothing_changes() {
         assert!(error.starts_with("DEADLOCK"), "{args:?}: {error}");
     }
     assert_eq!(picture(&mut conn, "doc"), before, "nothing changed");
-    if let Some((name, old)) = deadlocks {
-        let (_, new) = dlock_counter(&mut conn, "deadlock").unwrap();
-        assert_eq!(new, old + 3, "INFO dlock {name} counts the refusals");
-    }
+    assert_eq!(
+        info_number(&mut conn, "dlock", "dlock_deadlocks"),
+        deadlocks + 3,
+        "INFO dlock counts the DEADLOCK refusals"
+    );
     // Without BLOCK the second upgrade is just refused.
     assert_eq!(exclusive(&mut conn, "doc", "r2", LONG), None);
     assert_eq!(picture(&mut conn, "doc"), before);

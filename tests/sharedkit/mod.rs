@@ -216,16 +216,3 @@ pub fn digest(conn: &mut Connection, key: &str) -> Vec<String> {
         .query(conn)
         .expect("DEBUG DIGEST-VALUE")
 }
-
-/// The value of the first `INFO dlock` counter whose name contains `part`
-/// (the issue names the counters but not their fields), or None.
-pub fn dlock_counter(conn: &mut Connection, part: &str) -> Option<(String, i64)> {
-    let text: String = redis::cmd("INFO").arg("dlock").query(conn).expect("INFO");
-    text.lines().find_map(|line| {
-        let (name, value) = line.trim().split_once(':')?;
-        if !name.contains(part) {
-            return None;
-        }
-        Some((name.to_string(), value.parse().ok()?))
-    })
-}
