@@ -413,7 +413,6 @@ fn a_crashed_semaphore_holder_frees_its_slot_at_once() {
         20_000,
         &["SHARED", "LIMIT", "1"],
     );
-    wait_for_waiting(&mut conn, key, 1);
     let (_, at) = granted_to(waiter, "heir", 1);
     let after = at.duration_since(granted_at);
     assert!(
@@ -769,19 +768,18 @@ fn tokens_are_new_only_when_a_hold_or_an_exclusive_hold_begins() {
 fn each_reader_has_its_own_lease() {
     let server = Server::start();
     let mut conn = server.connect();
-    let (brief, _, _) = shared(&mut conn, "doc", "brief", 300).unwrap();
+    let (brief, _, _) = shared(&mut conn, "doc", "brief", 5_000).unwrap();
     let (steady, _, _) = shared(&mut conn, "doc", "steady", 2_000).unwrap();
-    let writer = block_acquire(&server, "doc", "w", LONG, 20_000);
-    wait_for_waiting(&mut conn, "doc", 1);
     // RENEW works per holder and replies its token.
     assert_eq!(
         int(&mut conn, &["DLOCK.RENEW", "doc", "steady", "60000"]),
         steady
     );
+    // A grant of either mode resets the lease too (here, shortens it).
+    assert_eq!(shared(&mut conn, "doc", "brief", 300).unwrap().0, brief);
     let list = holders(&mut conn, "doc");
     assert!(list[0].pttl <= 300 && list[1].pttl > 50_000, "{list:?}");
-    // A grant of either mode resets the lease too.
-    assert_eq!(shared(&mut conn, "doc", "brief", 300).unwrap().0, brief);
+    let writer = block_acquire(&server, "doc", "w", LONG, 20_000);
 
     wait_until("the brief reader's lease to end", || {
         holders(&mut conn, "doc").iter().all(|h| h.owner != "brief")
@@ -1027,7 +1025,7 @@ fn fair_shared_reservations_keep_their_place() {
 fn an_expired_reservation_lets_the_readers_behind_it_in() {
     let server = Server::start();
     let mut conn = server.connect();
-    config_set(&mut conn, "dlock.fair-reservation-ms", "300");
+    config_set(&mut conn, "dlock.fair-reservation-ms", "1500");
     exclusive(&mut conn, "doc", "w", LONG).unwrap();
     assert_eq!(
         take(&mut conn, "DLOCK.FAIR", "doc", "f", LONG, &["SHARED"]),
@@ -1038,6 +1036,7 @@ fn an_expired_reservation_lets_the_readers_behind_it_in() {
     let r2 = block_shared(&server, "doc", "r2", LONG, 20_000);
     wait_for_waiting(&mut conn, "doc", 3);
     assert_eq!(release(&mut conn, "doc", "w"), 0);
+    assert_eq!(queue(&mut conn, "doc"), strings(&["f", "r1", "r2"]));
     assert_still_blocked(&r1, "r1 waits behind f's reservation");
     granted_to(r1, "r1", 1);
     granted_to(r2, "r2", 1);

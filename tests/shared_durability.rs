@@ -399,7 +399,6 @@ fn the_replica_matches_the_master_after_shared_hand_offs() {
     upgrade.granted();
     // A semaphore: one permit ends by lease expiry, one by a killed SESSION
     // connection; each is handed to the next in line.
-    permit(&mut conn, "sem", "lapsed", 200, 2).unwrap();
     let mut session = master.connect();
     let session_id = client_id_of(&mut session);
     take(
@@ -411,6 +410,7 @@ fn the_replica_matches_the_master_after_shared_hand_offs() {
         &["SHARED", "LIMIT", "2", "SESSION"],
     )
     .unwrap();
+    permit(&mut conn, "sem", "lapsed", 300, 2).unwrap();
     let next = block_with(
         &master,
         "sem",
@@ -419,7 +419,7 @@ fn the_replica_matches_the_master_after_shared_hand_offs() {
         20_000,
         &["SHARED", "LIMIT", "2"],
     );
-    wait_for_waiting(&mut conn, "sem", 1);
+    next.granted();
     let last = block_with(
         &master,
         "sem",
@@ -428,8 +428,7 @@ fn the_replica_matches_the_master_after_shared_hand_offs() {
         20_000,
         &["SHARED", "LIMIT", "2"],
     );
-    wait_for_waiting(&mut conn, "sem", 2);
-    next.granted();
+    wait_for_waiting(&mut conn, "sem", 1);
     int(
         &mut conn,
         &["CLIENT", "KILL", "ID", &session_id.to_string()],
