@@ -514,11 +514,15 @@ fn copy_dump_digest_and_memory_usage_of_shared_locks() {
         "the copy is independent"
     );
 
+    // RESTORE with the same absolute expire: the digest covers the key's
+    // expire too.
     let dump: Vec<u8> = redis::cmd("DUMP").arg("a").query(&mut conn).unwrap();
+    let expire = pexpiretime(&mut conn, "a");
     let _: () = redis::cmd("RESTORE")
         .arg("c")
-        .arg(0)
+        .arg(expire)
         .arg(dump)
+        .arg("ABSTTL")
         .query(&mut conn)
         .unwrap();
     assert_eq!(
