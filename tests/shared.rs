@@ -1170,3 +1170,57 @@ fn block_in_a_transaction_makes_one_shared_attempt() {
     assert!(grant(reply).is_some());
     assert_eq!(shared_owners(&mut conn, "free"), 3);
 }
+
+// ---------------------------------------------------------------------------
+// Keyspace events.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn keyspace_events_name_the_shared_mode() {
+    let server = Server::with_args(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--notify-keyspace-events",
+        "Kd",
+    ]);
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+    let mut subscriber = client.get_connection().unwrap();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.psubscribe("__keyspace@0__:doc").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+
+    let mut conn = server.connect();
+    shared(&mut conn, "doc", "r", LONG).unwrap();
+    shared(&mut conn, "doc", "r", LONG).unwrap();
+    let writer = block_acquire(&server, "doc", "w", LONG, 20_000);
+    wait_for_waiting(&mut conn, "doc", 1);
+    assert_eq!(release_shared(&mut conn, "doc", "r"), 1);
+    assert_eq!(release_shared(&mut conn, "doc", "r"), 0);
+    granted_to(writer, "w", 1);
+    let reader = block_shared(&server, "doc", "x", LONG, 20_000);
+    wait_for_waiting(&mut conn, "doc", 1);
+    shared(&mut conn, "doc", "w", LONG).unwrap();
+    assert_eq!(release(&mut conn, "doc", "w"), 1);
+    granted_to(reader, "x", 1);
+
+    let expected = [
+        "dlock.acquire.shared",
+        "dlock.reenter.shared",
+        "dlock.release.shared",
+        "dlock.release.shared",
+        "dlock.handoff",
+        "dlock.reenter.shared",
+        "dlock.release",
+        "dlock.handoff.shared",
+    ];
+    let mut events = Vec::new();
+    while events.len() < expected.len() {
+        let message = pubsub.get_message().expect("a keyspace event");
+        events.push(message.get_payload::<String>().unwrap());
+    }
+    assert_eq!(events, expected);
+}
