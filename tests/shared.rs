@@ -1224,3 +1224,107 @@ fn keyspace_events_name_the_shared_mode() {
     }
     assert_eq!(events, expected);
 }
+
+// ---------------------------------------------------------------------------
+// Every change of the lock serves the queue: lease expiry, SESSION close,
+// FLUSHALL.
+// ---------------------------------------------------------------------------
+
+/// Queues readers r1, r2 and then writer w2 behind the current holder of
+/// `key`, and returns them.
+fn queue_two_readers_and_a_writer(
+    server: &Server,
+    conn: &mut Connection,
+    key: &str,
+) -> (Pending, Pending, Pending) {
+    let r1 = block_shared(server, key, "r1", LONG, 20_000);
+    wait_for_waiting(conn, key, 1);
+    let r2 = block_shared(server, key, "r2", LONG, 20_000);
+    wait_for_waiting(conn, key, 2);
+    let w2 = block_acquire(server, key, "w2", LONG, 20_000);
+    wait_for_waiting(conn, key, 3);
+    (r1, r2, w2)
+}
+
+#[test]
+fn a_writer_ending_any_way_lets_a_batch_of_readers_in() {
+    let server = Server::start();
+    let mut conn = server.connect();
+
+    // Its lease runs out.
+    exclusive(&mut conn, "lease", "w", 1_000).unwrap();
+    let (r1, r2, w2) = queue_two_readers_and_a_writer(&server, &mut conn, "lease");
+    granted_to(r1, "r1", 1);
+    granted_to(r2, "r2", 1);
+    assert_eq!(queue(&mut conn, "lease"), strings(&["w2"]));
+    assert_still_blocked(&w2, "the writer behind the batch waits");
+    assert!(error_of(&mut conn, &["DLOCK.RELEASE", "lease", "w"]).starts_with("NOTOWNER"));
+    give_up(&mut conn, w2);
+
+    // Its SESSION connection is killed.
+    let mut session = server.connect();
+    let id = client_id_of(&mut session);
+    take(
+        &mut session,
+        "DLOCK.ACQUIRE",
+        "sess",
+        "w",
+        LONG,
+        &["SESSION"],
+    )
+    .unwrap();
+    let (r1, r2, w2b) = queue_two_readers_and_a_writer(&server, &mut conn, "sess");
+    int(&mut conn, &["CLIENT", "KILL", "ID", &id.to_string()]);
+    granted_to(r1, "r1", 1);
+    granted_to(r2, "r2", 1);
+    assert_still_blocked(&w2b, "the writer behind the batch waits");
+    give_up(&mut conn, w2b);
+
+    // FLUSHALL: a forced release, the waiters re-queued in order.
+    exclusive(&mut conn, "flush", "w", LONG).unwrap();
+    let (r1, r2, w2c) = queue_two_readers_and_a_writer(&server, &mut conn, "flush");
+    let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    granted_to(r1, "r1", 1);
+    granted_to(r2, "r2", 1);
+    assert_still_blocked(&w2c, "the writer behind the batch waits");
+    assert_eq!(shared_owners(&mut conn, "flush"), 2);
+    give_up(&mut conn, w2c);
+}
+
+/// Ends a blocked command by killing its connection.
+fn give_up(conn: &mut Connection, pending: Pending) {
+    int(conn, &["CLIENT", "KILL", "ID", &pending.id.to_string()]);
+    assert!(pending.join().0.is_err(), "the killed waiter got a reply");
+}
+
+#[test]
+fn a_session_tie_covers_both_modes_of_the_owner() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let mut session = server.connect();
+    let id = client_id_of(&mut session);
+    let (read, _, _) = take(
+        &mut session,
+        "DLOCK.ACQUIRE",
+        "doc",
+        "s",
+        LONG,
+        &["SHARED", "SESSION"],
+    )
+    .unwrap();
+    // An upgrade (a new token) and a re-entry, without SESSION, from the tied
+    // connection and from another one.
+    let (write, _, _) = exclusive(&mut session, "doc", "s", LONG).unwrap();
+    assert!(write > read);
+    shared(&mut conn, "doc", "s", LONG).unwrap();
+    assert_eq!(
+        holder_counts(&mut conn, "doc"),
+        vec![entry("s", 1, 2, write)]
+    );
+    let reader = block_shared(&server, "doc", "r", LONG, 20_000);
+    wait_for_waiting(&mut conn, "doc", 1);
+    int(&mut conn, &["CLIENT", "KILL", "ID", &id.to_string()]);
+    let (r, _) = granted_to(reader, "r", 1);
+    assert_eq!(holder_counts(&mut conn, "doc"), vec![entry("r", 0, 1, r)]);
+    assert!(error_of(&mut conn, &["DLOCK.RELEASE", "doc", "s", "SHARED"]).starts_with("NOTOWNER"));
+}
