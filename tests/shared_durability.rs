@@ -552,3 +552,72 @@ fn copy_dump_digest_and_memory_usage_of_shared_locks() {
     );
     assert_eq!(shared_owners(&mut conn, "many"), 100);
 }
+
+/// Locks that differ only in the mode or limit of a reservation, made from
+/// an AOF (the only way to build them side by side): their digests differ,
+/// so the digest equalities above cover reservation modes and limits; and an
+/// AOF rewrite without preamble, then an RDB, keep each of them.
+#[test]
+fn reservation_modes_and_limits_survive_aof_rewrite_and_rdb() {
+    let deadline = (now_ms() + 3_600_000).to_string();
+    let mut aof = Vec::new();
+    for (key, extra) in [
+        ("exclusive", &[][..]),
+        ("unbounded", &["SHARED", "0"][..]),
+        ("limit3", &["SHARED", "3"][..]),
+        ("limit4", &["SHARED", "4"][..]),
+    ] {
+        aof.extend(resp_command(&[
+            "DLOCK.SETSTATE",
+            key,
+            "HOLD",
+            "h",
+            "1",
+            "77",
+            &deadline,
+        ]));
+        let mut reserve = vec!["DLOCK.SETSTATE", key, "RESERVE", "q", &deadline];
+        reserve.extend_from_slice(extra);
+        aof.extend(resp_command(&reserve));
+    }
+    let keys = ["exclusive", "unbounded", "limit3", "limit4"];
+    let mut server = Server::with_files(
+        &[("appendonly.aof", &aof)],
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--aof-use-rdb-preamble",
+            "no",
+            "--enable-debug-command",
+            "yes",
+        ],
+    );
+    let mut conn = server.connect();
+    let digests: Vec<Vec<String>> = keys.iter().map(|k| digest(&mut conn, k)).collect();
+    for i in 0..keys.len() {
+        for j in i + 1..keys.len() {
+            assert_ne!(digests[i], digests[j], "{} and {}", keys[i], keys[j]);
+        }
+        assert_eq!(queue(&mut conn, keys[i]), strings(&["q"]));
+    }
+    let before = state_of(&mut conn, &keys);
+    let _: String = redis::cmd("BGREWRITEAOF").query(&mut conn).unwrap();
+    wait_for_info(&mut conn, "persistence", "aof_rewrite_in_progress:0");
+    wait_for_info(&mut conn, "persistence", "aof_rewrite_scheduled:0");
+    server.restart();
+    let mut conn = server.connect();
+    assert_same(&before, &state_of(&mut conn, &keys));
+    let _: () = redis::cmd("SAVE").query(&mut conn).unwrap();
+    server.restart_with_args(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--enable-debug-command",
+        "yes",
+    ]);
+    let mut conn = server.connect();
+    assert_same(&before, &state_of(&mut conn, &keys));
+}
