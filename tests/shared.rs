@@ -1328,3 +1328,34 @@ fn a_session_tie_covers_both_modes_of_the_owner() {
     assert_eq!(holder_counts(&mut conn, "doc"), vec![entry("r", 0, 1, r)]);
     assert!(error_of(&mut conn, &["DLOCK.RELEASE", "doc", "s", "SHARED"]).starts_with("NOTOWNER"));
 }
+
+#[test]
+fn the_last_readers_lease_ending_hands_the_lock_on() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    // To a waiting writer, once both short leases have ended.
+    shared(&mut conn, "doc", "r1", 600).unwrap();
+    shared(&mut conn, "doc", "r2", 300).unwrap();
+    let deadline = now_ms() + 600;
+    let writer = block_acquire(&server, "doc", "w", LONG, 20_000);
+    let (_, at) = granted_to(writer, "w", 1);
+    let granted_ms = now_ms() - at.elapsed().as_millis() as i64;
+    assert!(
+        granted_ms >= deadline - 50,
+        "granted {} ms before the last lease ended",
+        deadline - granted_ms
+    );
+    assert!(granted_ms < deadline + 1_000);
+    assert_eq!(holders(&mut conn, "doc").len(), 1);
+
+    // To a waiting upgrade, once the other reader's lease has ended.
+    let (r1, _, _) = shared(&mut conn, "up", "r1", LONG).unwrap();
+    shared(&mut conn, "up", "r2", 300).unwrap();
+    let upgrade = block_acquire(&server, "up", "r1", LONG, 20_000);
+    let (token, _) = granted_to(upgrade, "r1", 1);
+    assert!(token > r1);
+    assert_eq!(
+        holder_counts(&mut conn, "up"),
+        vec![entry("r1", 1, 1, token)]
+    );
+}
