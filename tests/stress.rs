@@ -1578,8 +1578,10 @@ fn the_checker_reports_each_kind_of_violation() {
 //
 // Both: every new hold (and upgrade) has a token of its own, larger than
 // every token whose grant reply arrived before it was requested; grant and
-// RELEASE replies count holds right in both modes; leases end no earlier
-// than promised; BLOCK returns null no earlier than its timeout; every
+// RELEASE replies count holds right in both modes; FIFO as in the exclusive
+// run (a waiter seen queued is granted before those behind it and before
+// later requests; upgrades, which go ahead of everyone, are not counted);
+// leases end no earlier than promised; BLOCK returns null no earlier than its timeout; every
 // dropped connection was killed; every lock is free at the end.
 // `DLOCK_STRESS_SECS` (default 5 here) and the other variables apply.
 // ---------------------------------------------------------------------------
@@ -1744,6 +1746,23 @@ impl ModeWorker {
         args.extend(self.options(key, !writer, block_ms, session));
         self.worker.log.counters.requests += 1;
         let (reply, sent, recv) = self.worker.send(&args);
+        // Logged for the FIFO checks (only requests for a new hold: re-entries
+        // and upgrades never queue behind others).
+        let granted = match &reply {
+            Reply::Value(Value::Array(items)) => match items.as_slice() {
+                [Value::Int(token), Value::Int(holds), _] => Some((*token as u64, *holds as u64)),
+                _ => None,
+            },
+            _ => None,
+        };
+        self.worker.log.requests.push(Request {
+            owner: owner.clone(),
+            key,
+            block_ms,
+            sent,
+            recv,
+            granted,
+        });
         match reply {
             Reply::Value(Value::Nil) => {
                 self.worker.log.counters.nulls += 1;
@@ -2454,6 +2473,10 @@ fn run_mode(mode: Mode) -> (ModeFindings, Counters, ModeCounters) {
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || killer(shared))
     };
+    let monitor = {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || monitor(shared))
+    };
     while started.elapsed() < Duration::from_secs(settings.secs) {
         std::thread::sleep(Duration::from_millis(50));
         assert!(
@@ -2467,6 +2490,7 @@ fn run_mode(mode: Mode) -> (ModeFindings, Counters, ModeCounters) {
         .map(|w| w.join().expect("a worker panicked"))
         .unzip();
     let kills = killer.join().expect("the killer panicked");
+    let snapshots = monitor.join().expect("the monitor panicked");
     let ran_for = started.elapsed();
     for key in 0..settings.keys {
         wait_until(&format!("{} to be free", key_name(key)), || {
@@ -2475,7 +2499,20 @@ fn run_mode(mode: Mode) -> (ModeFindings, Counters, ModeCounters) {
     }
     wait_for_blocked_clients(&mut conn, 0);
 
-    let findings = check_modes(mode, &logs, &mode_logs, &kills, settings.keys);
+    let mut findings = check_modes(mode, &logs, &mode_logs, &kills, settings.keys);
+    // FIFO, with the checker of the exclusive run over the requests alone
+    // (the holds and writes are checked above).
+    let requests_only: Vec<WorkerLog> = logs
+        .iter()
+        .map(|log| WorkerLog {
+            requests: log.requests.clone(),
+            ..WorkerLog::default()
+        })
+        .collect();
+    let fifo = check(&requests_only, &kills, &snapshots, settings.keys);
+    for text in fifo.violations {
+        findings.flag(text);
+    }
     let mut counters = Counters::default();
     for log in &logs {
         counters.add(&log.counters);
@@ -2527,8 +2564,12 @@ fn run_mode(mode: Mode) -> (ModeFindings, Counters, ModeCounters) {
         counters.disconnects,
     );
     eprintln!(
-        "stress {mode:?}: checked {} token orderings, {} windows; at most {} owners at once",
-        findings.pairs_ordered, findings.windows_checked, findings.most_at_once
+        "stress {mode:?}: checked {} token orderings, {} windows, {} FIFO orderings from {} queue snapshots; at most {} owners at once",
+        findings.pairs_ordered,
+        findings.windows_checked,
+        fifo.fifo_checks,
+        snapshots.len(),
+        findings.most_at_once
     );
     let violations: Vec<String> = findings
         .violations
@@ -2552,6 +2593,7 @@ fn run_mode(mode: Mode) -> (ModeFindings, Counters, ModeCounters) {
         findings.most_at_once >= 2,
         "never two holders at once: {mode_counters:?}"
     );
+    assert!(fifo.fifo_checks > 0, "no FIFO ordering was checked");
     (findings, counters, mode_counters)
 }
 
