@@ -382,6 +382,34 @@ fn the_replica_matches_the_master_after_shared_hand_offs() {
     assert_eq!(release(&mut conn, "batch", "w"), 0);
     r1.granted();
     r2.granted();
+    // The same batch when the writer's lease ends, and when its SESSION
+    // connection is killed.
+    exclusive(&mut conn, "batch-expiry", "w", 500).unwrap();
+    let mut session = master.connect();
+    let session_id = client_id_of(&mut session);
+    take(
+        &mut session,
+        "DLOCK.ACQUIRE",
+        "batch-session",
+        "w",
+        LONG,
+        &["SESSION"],
+    )
+    .unwrap();
+    let mut readers = Vec::new();
+    for key in ["batch-expiry", "batch-session"] {
+        for owner in ["r1", "r2"] {
+            readers.push(block_shared(&master, key, owner, LONG, 20_000));
+        }
+    }
+    wait_for_waiting(&mut conn, "batch-session", 2);
+    int(
+        &mut conn,
+        &["CLIENT", "KILL", "ID", &session_id.to_string()],
+    );
+    for reader in readers {
+        reader.granted();
+    }
     // A downgrade handing over to a queued reader, with a FAIR SHARED
     // reservation behind a waiting writer.
     exclusive(&mut conn, "down", "d", LONG).unwrap();
@@ -453,10 +481,29 @@ fn the_replica_matches_the_master_after_shared_hand_offs() {
     y.granted();
     wait_for_blocked_clients(&mut conn, 0);
 
-    let keys = ["batch", "down", "up", "sem", "deleted"];
+    let keys = [
+        "batch",
+        "down",
+        "up",
+        "sem",
+        "deleted",
+        "batch-expiry",
+        "batch-session",
+    ];
     wait_for_replica(&mut conn);
     let on_master = state_of(&mut conn, &keys);
     let on_replica = state_of(&mut view, &keys);
+    let differing: Vec<String> = on_master
+        .iter()
+        .zip(&on_replica)
+        .filter(|(m, r)| m.picture != r.picture)
+        .map(|(m, r)| format!("{}: master {:?}, replica {:?}", m.key, m.picture, r.picture))
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "the replica differs from the master:\n{}",
+        differing.join("\n")
+    );
     assert_same(&on_master, &on_replica);
     assert_eq!(
         on_replica[3]
