@@ -27,12 +27,29 @@ fn master() -> Server {
     ])
 }
 
-/// DLOCK.INFO fields of `key`, the lease (`pttl`) left out.
+/// DLOCK.INFO fields of `key`, the leases left (`pttl`, and the last
+/// element of each `holders` entry) left out.
 fn state_without_pttl(conn: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
     info(conn, key).map(|fields| {
         fields
             .into_iter()
             .filter(|(name, _)| name != "pttl")
+            .map(|(name, value)| match (name.as_str(), value) {
+                ("holders", Value::Array(holders)) => {
+                    let holders = holders
+                        .into_iter()
+                        .map(|holder| match holder {
+                            Value::Array(mut fields) => {
+                                fields.pop();
+                                Value::Array(fields)
+                            }
+                            other => other,
+                        })
+                        .collect();
+                    (name, Value::Array(holders))
+                }
+                (_, value) => (name, value),
+            })
             .collect()
     })
 }

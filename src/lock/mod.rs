@@ -11,10 +11,12 @@
 
 pub mod codec;
 mod holders;
+mod owner;
 mod queue;
 mod token;
 
 pub use holders::{Hold, Holders};
+pub use owner::OwnerName;
 pub use queue::{
     stored_reservations, Entry, EntryKind, Queue, Waiter, WaiterId, Want, UPGRADE_SEQ,
 };
@@ -297,7 +299,7 @@ impl Lock {
             step.expired += 1;
             step.holds_changed = true;
             if self.holders.is_many() {
-                step.touched.push(hold.owner);
+                step.touched.push(hold.owner.into());
             }
         }
     }
@@ -361,7 +363,7 @@ impl Lock {
                 if !was_many && self.holders.is_many() {
                     // The first holder's state is replicated alongside.
                     if let Some(first) = self.holders.iter().next() {
-                        step.touched.push(first.owner.clone());
+                        step.touched.push(first.owner.as_bytes().into());
                     }
                 }
                 Grant {
@@ -557,7 +559,7 @@ impl Lock {
         for hold in &ended {
             step.holds_changed = true;
             if was_many {
-                step.touched.push(hold.owner.clone());
+                step.touched.push(hold.owner.as_bytes().into());
             }
         }
         !ended.is_empty()
