@@ -168,7 +168,7 @@ fn assert_same(before: &[State], after: &[State]) {
         if let (Some(was), Some(is)) = (&b.digest, &a.digest) {
             assert_eq!(
                 was, is,
-                "{}: the digest (reservation modes and limits too)",
+                "{}: the digest (reservation modes and limits too); before {b:?}, after {a:?}",
                 b.key
             );
         }
