@@ -438,7 +438,7 @@ fn run_round(ctx: Ctx, now: u64) {
 
 /// Hands on, re-arms or deletes the lock at `db`/`key` as its state requires.
 fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key) else {
         return;
     };
     if lock_key.lock().is_some() {
@@ -448,7 +448,7 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
 }
 
 fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key) else {
         return;
     };
     let mut step = keyspace::step(now);
@@ -479,7 +479,7 @@ fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
         waiters::refuse(entries);
         return;
     }
-    let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key, true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key) else {
         waiters::refuse(entries);
         return;
     };
