@@ -3,7 +3,7 @@
 PORT ?= 6379
 FUZZ_SECS ?= 60
 
-.PHONY: all deps build run test lint bench stress fuzz memcheck clean
+.PHONY: all deps build run test lint bench stress fuzz memcheck clean partition
 
 all: build
 
@@ -43,6 +43,12 @@ bench: build
 stress: build
 	DLOCK_STRESS_SECS=$${DLOCK_STRESS_SECS:-300} DLOCK_STRESS_CLIENTS=$${DLOCK_STRESS_CLIENTS:-64} \
 		cargo test --release --test stress -- --nocapture
+
+# Failover under real network partitions (tests/partition.rs: Sentinel,
+# network namespaces, root): every scenario for DLOCK_PARTITION_SECS (60 s
+# here, 15 s in `make test`), figures into docs/reliability.md.
+partition: build
+	DLOCK_PARTITION_SECS=$${DLOCK_PARTITION_SECS:-60} cargo test --release --test partition -- --nocapture
 
 # Coverage-guided fuzzing of the argument parsers and the RDB decoder
 # (fuzz/), FUZZ_SECS each. cargo-fuzz is installed on first use; it runs on
