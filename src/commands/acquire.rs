@@ -25,7 +25,9 @@
 use super::parser::{is_keyword, parse_timeout, ArgCursor, ArgSource, OwnerArg};
 use super::{CommandError, CommandResult};
 use crate::clock;
+use crate::lock::{self, Acquired};
 use crate::lock::{Grant, Lock, Request};
+use crate::redis::grace;
 use crate::redis::keyspace::{settle, Changes};
 use crate::redis::stats::{self, Event};
 use crate::redis::{scheduler, tokens, waiters, Argv, Ctx, KeyName};
@@ -81,6 +83,7 @@ impl<'a> Acquire<'a> {
 
     /// Applies the request to the key `name` and replies (or blocks).
     pub fn apply(self, ctx: Ctx, name: KeyName, fallback: Fallback) -> CommandResult {
+        grace::check_lease(self.ttl_ms)?;
         let mut generated = [0u8; GENERATED_OWNER_LEN];
         let owner: &[u8] = match self.owner {
             OwnerArg::Named(owner) => owner,
@@ -94,11 +97,25 @@ impl<'a> Acquire<'a> {
         let mut key = ctx.open_lock(name, true)?;
         scheduler::adopt_orphans_at(ctx, name, &mut key);
         let now_ms = clock::now_ms();
+        // The grace window defers new holds: as if the lock were held.
+        let deferred = lock::grace::defers(grace::window(now_ms), key.lock(), owner, now_ms);
+        if deferred {
+            grace::count_deferred();
+            let blocks = self.block_ms.is_some() && ctx.may_block();
+            if key.lock().is_none() && !blocks && fallback == Fallback::Nothing {
+                ctx.reply_null();
+                return Ok(());
+            }
+        }
         let lock = match key.lock_mut() {
             Some(lock) => lock,
             None => key.insert(Lock::new())?,
         };
-        let acquired = lock.acquire(request, now_ms, tokens::issue, waiters::is_waiting);
+        let acquired = if deferred {
+            Acquired::default()
+        } else {
+            lock.acquire(request, now_ms, tokens::issue, waiters::is_waiting)
+        };
         if let Some(grant) = acquired.grant {
             let changes = Changes {
                 hold: true,

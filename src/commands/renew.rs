@@ -37,6 +37,7 @@ impl<'a> Renew<'a> {
     }
 
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
+        crate::redis::grace::check_lease(self.ttl_ms)?;
         let mut key = ctx.open_lock(name, true)?;
         let now_ms = clock::now_ms();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;

@@ -3,8 +3,8 @@
 
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
-use super::{scheduler, tokens, waiters};
-use crate::lock::WaiterGrant;
+use super::{grace, scheduler, tokens, waiters};
+use crate::lock::{self, WaiterGrant};
 
 /// What a caller changed in the lock before settling it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -45,7 +45,9 @@ pub fn settle(
         return;
     };
     let expired = lock.stored_hold().is_some_and(|hold| !hold.is_live(now_ms));
-    let handed = lock.hand_off(now_ms, tokens::issue, waiters::is_waiting);
+    // No hand-off while a grace window is open (and no look before it closes).
+    let window = grace::window(now_ms);
+    let handed = lock::grace::hand_off(lock, window, now_ms, tokens::issue, waiters::is_waiting);
     if expired {
         stats::record(ctx, Event::Expire, name);
     }
@@ -66,7 +68,7 @@ pub fn settle(
         ctx.replicate_delete(name);
         return;
     }
-    let wakeup_at = lock.wakeup_at(now_ms);
+    let wakeup_at = lock::grace::wakeup_at(lock, window, now_ms);
     if !changes.any() && woken.is_empty() {
         if let Some(at) = wakeup_at {
             scheduler::wake_at(at, ctx.selected_db(), name.bytes());

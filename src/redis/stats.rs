@@ -85,8 +85,9 @@ pub fn count(event: Event) {
 }
 
 /// The `INFO dlock` fields.
-pub fn fields() -> [(&'static str, u64); 11] {
+pub fn fields() -> [(&'static str, u64); 14] {
     let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let [grace_remaining, grace_deferred, grace_windows] = super::grace::fields();
     [
         ("acquires", read(&ACQUIRES)),
         ("reentries", read(&REENTRIES)),
@@ -99,6 +100,9 @@ pub fn fields() -> [(&'static str, u64); 11] {
         ("reservations", crate::lock::stored_reservations()),
         ("reservations_made", read(&RESERVATIONS_MADE)),
         ("last_token", super::tokens::last()),
+        grace_remaining,
+        grace_deferred,
+        grace_windows,
     ]
 }
 
