@@ -956,3 +956,50 @@ fn s2_kill_with_aof_without_grace_window() {
 fn s3_lagging_replica_without_grace_window() {
     run(Scenario::Lag, AOF_MIN_REPLICAS, false);
 }
+
+const GRACE_AOF_MIN_REPLICAS: Settings = Settings {
+    grace: true,
+    aof: Some("everysec"),
+    min_replicas: true,
+};
+
+#[test]
+fn s1_partition_with_grace_window() {
+    run(Scenario::Partition, GRACE_AOF_MIN_REPLICAS, true);
+}
+
+/// Without min-replicas-to-write the old master goes on granting to the
+/// clients on its side for the whole partition: no window can help (the
+/// overlap is reported; docs/operations.md says which settings it needs).
+#[test]
+fn s1_partition_with_grace_window_without_min_replicas() {
+    let settings = Settings {
+        min_replicas: false,
+        ..GRACE_AOF_MIN_REPLICAS
+    };
+    run(Scenario::Partition, settings, false);
+}
+
+#[test]
+fn s2_kill_with_aof_with_grace_window() {
+    let settings = Settings {
+        min_replicas: false,
+        ..GRACE_AOF_MIN_REPLICAS
+    };
+    run(Scenario::Kill, settings, true);
+}
+
+#[test]
+fn s2_kill_without_persistence_with_grace_window() {
+    let settings = Settings {
+        grace: true,
+        aof: None,
+        min_replicas: false,
+    };
+    run(Scenario::Kill, settings, true);
+}
+
+#[test]
+fn s3_lagging_replica_with_grace_window() {
+    run(Scenario::Lag, GRACE_AOF_MIN_REPLICAS, false);
+}
