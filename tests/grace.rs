@@ -145,6 +145,19 @@ fn a_ttl_above_the_lease_bound_is_refused_and_changes_nothing() {
         vec!["DLOCK.ACQUIRE", "k", "me", "1001", "BLOCK", "10"],
         vec!["DLOCK.FAIR", "k", "me", "1001"],
         vec!["DLOCK.FAIR", "k", "me", "5000", "BLOCK", "0", "SESSION"],
+        vec!["DLOCK.ACQUIRE", "k", "me", "1001", "SHARED"],
+        vec![
+            "DLOCK.ACQUIRE",
+            "k",
+            "me",
+            "1001",
+            "SHARED",
+            "LIMIT",
+            "2",
+            "BLOCK",
+            "5",
+        ],
+        vec!["DLOCK.FAIR", "k", "me", "1001", "SHARED", "LIMIT", "2"],
     ] {
         assert_eq!(error_of(&mut conn, &args), expected, "{args:?}");
     }
@@ -249,6 +262,30 @@ fn after_a_reload_known_holds_keep_working_and_others_wait() {
     assert_eq!(owner, b"waiter");
     assert!(new_token > token);
     assert_eq!(remaining(&mut conn), 0);
+}
+
+#[test]
+fn readers_known_before_a_reload_reenter_while_new_readers_and_upgrades_wait() {
+    let server = server_with_grace(100);
+    let mut conn = server.connect();
+    wait_for_window_end(&mut conn);
+    let read = |conn: &mut Connection, owner: &str| {
+        grant(cmd(conn, &["DLOCK.ACQUIRE", "doc", owner, "3000", "SHARED"]).unwrap())
+    };
+    let (token, _, _) = read(&mut conn, "r1").expect("a reader");
+    config_set(&mut conn, "dlock.grace-ms", "1500");
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut conn).unwrap();
+    assert!(remaining(&mut conn) > 0);
+    let (again, holds, _) = read(&mut conn, "r1").expect("the reader re-enters");
+    assert_eq!((again, holds), (token, 2));
+    assert_eq!(read(&mut conn, "r2"), None, "a new reader waits");
+    assert_eq!(
+        acquire(&mut conn, "doc", "r1", 1000),
+        None,
+        "an upgrade (a new token) waits"
+    );
+    wait_for_window_end(&mut conn);
+    assert!(read(&mut conn, "r2").is_some());
 }
 
 #[test]
