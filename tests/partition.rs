@@ -41,7 +41,7 @@ mod common;
 mod netns;
 
 use common::{env_number, module_path, seed_from_env, server_binary, TestRng};
-use netns::{in_ns, poll, Host, Net, NetProcess};
+use netns::{in_ns, poll, Host, Net, NetProcess, SideLink};
 use redis::{Connection, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -133,6 +133,7 @@ struct Cluster {
     server_hosts: Vec<Host>,
     sentinel_hosts: Vec<Host>,
     client_hosts: Vec<Host>,
+    side_link: Option<SideLink>,
     dir: PathBuf,
     net: Net,
 }
@@ -156,12 +157,17 @@ impl Cluster {
         let sentinel_hosts: Vec<Host> =
             ["s1", "s2", "s3"].iter().map(|n| net.add_host(n)).collect();
         let client_hosts: Vec<Host> = ["ca", "cb"].iter().map(|n| net.add_host(n)).collect();
+        // The lagging replica (r1) replicates over a link of its own, the
+        // one the test slows down; Sentinels and clients reach it as usual.
+        let side_link =
+            lagging_replica.then(|| net.add_side_link(&server_hosts[0], &server_hosts[1]));
         let mut cluster = Cluster {
             servers: Vec::new(),
             sentinels: Vec::new(),
             server_hosts,
             sentinel_hosts,
             client_hosts,
+            side_link,
             dir,
             net,
         };
@@ -218,6 +224,12 @@ impl Cluster {
                 "100"
             };
             args.extend(strings(&["--replica-priority", priority]));
+            if let (Some(link), 1) = (&cluster.side_link, index) {
+                // r1 reaches the master's address through its own link (so
+                // Sentinel sees the usual address) and announces its main one.
+                cluster.net.route_through(host, &master_ip, link);
+                args.extend(strings(&["--replica-announce-ip", &host.ip]));
+            }
             if index > 0 {
                 args.extend(strings(&[
                     "--replicaof",
@@ -373,7 +385,7 @@ impl Drop for Cluster {
         for process in self.servers.iter_mut().chain(self.sentinels.iter_mut()) {
             process.kill();
         }
-        if !std::thread::panicking() {
+        if !std::thread::panicking() && std::env::var_os("DLOCK_PARTITION_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
             eprintln!("partition run files kept in {}", self.dir.display());
@@ -731,7 +743,11 @@ fn run(scenario: Scenario, settings: Settings, must_be_zero: bool) -> Option<Rep
         Scenario::Lag => {
             sleep_until(at(0.1));
             let lagging = cluster.server_hosts[1].clone();
-            cluster.net.slow_down(&lagging, "4kbit", "800ms");
+            let slow_port = match &cluster.side_link {
+                Some(link) => link.b_port.clone(),
+                None => panic!("the lag scenario has a side link"),
+            };
+            cluster.net.slow_down(&slow_port, "4kbit", "800ms");
             sleep_until(at(0.35));
             let offset = |host: &Host, field: &str| -> Option<u64> {
                 let text = cluster.info_text(host, "replication");
@@ -745,7 +761,7 @@ fn run(scenario: Scenario, settings: Settings, must_be_zero: bool) -> Option<Rep
                 lag_bytes = Some(master.saturating_sub(replica));
             }
             cluster.servers[0].kill();
-            cluster.net.restore(&lagging);
+            cluster.net.restore(&slow_port);
             promoted_after = cluster.wait_for_promotion(Instant::now(), at(0.75));
             sleep_until(at(0.75));
             // The old master comes back; Sentinel turns it into a replica.

@@ -92,11 +92,24 @@ pub struct Host {
     port: String,
 }
 
+/// A second, private link between two hosts (its own bridge and subnet):
+/// traffic between their `a_ip` and `b_ip` takes it, and only that.
+#[derive(Clone, Debug)]
+pub struct SideLink {
+    pub a_ip: String,
+    pub b_ip: String,
+    /// The device of the link inside both hosts.
+    pub device: String,
+    /// The link of `b` in the switch namespace (to slow down what b receives).
+    pub b_port: String,
+}
+
 /// The network: a switch namespace and the hosts linked to it.
 pub struct Net {
     switch: String,
     hosts: Vec<Host>,
     subnet: String,
+    side_links: usize,
 }
 
 impl Net {
@@ -140,6 +153,7 @@ impl Net {
             hosts: Vec::new(),
             // 10.<200+n>.<pid>: distinct per network of this process.
             subnet: format!("10.{}.{}", 200 + n % 50, std::process::id() % 250),
+            side_links: 0,
         };
         must(ip(&["netns", "add", &switch]));
         for bridge in ["br0", "br1"] {
@@ -202,6 +216,88 @@ impl Net {
         host
     }
 
+    /// A private link between `a` and `b` on a bridge of its own (`eth1`
+    /// in each, addresses in a subnet of their own).
+    pub fn add_side_link(&mut self, a: &Host, b: &Host) -> SideLink {
+        self.side_links += 1;
+        let n = self.side_links;
+        let bridge = format!("bs{n}");
+        must(ip(&[
+            "-n",
+            &self.switch,
+            "link",
+            "add",
+            &bridge,
+            "type",
+            "bridge",
+        ]));
+        must(ip(&["-n", &self.switch, "link", "set", &bridge, "up"]));
+        // Namespaces keep every net apart: only the hosts' own subnets
+        // must differ.
+        let subnet = format!("172.{}.0", 15 + n);
+        let mut ips = Vec::new();
+        for (index, host) in [a, b].iter().enumerate() {
+            let port = format!("s{n}{}", index + 1);
+            let device = format!("eth{n}");
+            let address = format!("{subnet}.{}", index + 1);
+            must(ip(&[
+                "-n",
+                &self.switch,
+                "link",
+                "add",
+                &port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &device,
+                "netns",
+                &host.ns,
+            ]));
+            must(ip(&[
+                "-n",
+                &self.switch,
+                "link",
+                "set",
+                &port,
+                "master",
+                &bridge,
+            ]));
+            must(ip(&["-n", &self.switch, "link", "set", &port, "up"]));
+            must(ip(&[
+                "-n",
+                &host.ns,
+                "addr",
+                "add",
+                &format!("{address}/24"),
+                "dev",
+                &device,
+            ]));
+            must(ip(&["-n", &host.ns, "link", "set", &device, "up"]));
+            ips.push((address, port));
+        }
+        SideLink {
+            device: format!("eth{n}"),
+            a_ip: ips[0].0.clone(),
+            b_ip: ips[1].0.clone(),
+            b_port: ips[1].1.clone(),
+        }
+    }
+
+    /// Makes `host` reach address `to` (of the link's other end) through
+    /// `link` rather than the bridge: a host route.
+    pub fn route_through(&self, host: &Host, to: &str, link: &SideLink) {
+        must(ip(&[
+            "-n",
+            &host.ns,
+            "route",
+            "add",
+            &format!("{to}/32"),
+            "dev",
+            &link.device,
+        ]));
+    }
+
     /// Cuts `side` off from every other host: their links move to the
     /// other bridge. Hosts on the same side still reach each other.
     pub fn partition(&self, side: &[&Host]) {
@@ -233,10 +329,11 @@ impl Net {
         }
     }
 
-    /// Slows everything `host` receives to `rate` (tc syntax, e.g. `64kbit`),
-    /// queueing up to `latency` (e.g. `1500ms`) before dropping: a host whose
-    /// replication stream falls further and further behind.
-    pub fn slow_down(&self, host: &Host, rate: &str, latency: &str) {
+    /// Slows everything that reaches a host through the link `port` (a
+    /// switch-side link name, [`SideLink::b_port`]) to `rate` (tc syntax, e.g.
+    /// `64kbit`), queueing up to `latency` (e.g. `1500ms`) before dropping:
+    /// a replica whose replication stream falls further and further behind.
+    pub fn slow_down(&self, port: &str, rate: &str, latency: &str) {
         must(run_tool(
             "tc",
             &[
@@ -245,7 +342,7 @@ impl Net {
                 "qdisc",
                 "replace",
                 "dev",
-                &host.port,
+                port,
                 "root",
                 "tbf",
                 "rate",
@@ -258,19 +355,11 @@ impl Net {
         ));
     }
 
-    /// Removes the slowdown of `host` (what was queued is lost).
-    pub fn restore(&self, host: &Host) {
+    /// Removes the slowdown of the link `port` (what was queued is lost).
+    pub fn restore(&self, port: &str) {
         let _ = run_tool(
             "tc",
-            &[
-                "-n",
-                &self.switch,
-                "qdisc",
-                "del",
-                "dev",
-                &host.port,
-                "root",
-            ],
+            &["-n", &self.switch, "qdisc", "del", "dev", port, "root"],
         );
     }
 }
