@@ -438,6 +438,8 @@ struct Belief {
     token: i64,
     start: Instant,
     end: Instant,
+    /// How the hold went, for the trace of the longest overlap.
+    story: String,
 }
 
 #[derive(Default)]
@@ -469,11 +471,15 @@ fn client_loop(
     let owner = format!("client-{id}");
     let mut record = ClientRecord::default();
     let mut conn: Option<Connection> = None;
+    let mut master = String::new();
     while !shared.stop.load(Ordering::Relaxed) {
         let Some(link) = conn.as_mut() else {
-            conn = find_master(&sentinels);
-            if conn.is_none() {
-                std::thread::sleep(Duration::from_millis(100));
+            match find_master(&sentinels) {
+                Some((found, ip)) => {
+                    conn = Some(found);
+                    master = ip;
+                }
+                None => std::thread::sleep(Duration::from_millis(100)),
             }
             continue;
         };
@@ -526,6 +532,7 @@ fn client_loop(
                 Err(_) => received,
             };
         }
+        let mut story = String::new();
         let mut work_until = received + Duration::from_millis(rng.between(300, 2_500));
         let mut released = false;
         let mut broken = false;
@@ -547,6 +554,10 @@ fn client_loop(
                     Ok(()) => {
                         record.renewals += 1;
                         end = renew_sent + lease;
+                        story.push_str(&format!(
+                            "renewed {} ms after the grant; ",
+                            (renew_sent - received).as_millis()
+                        ));
                     }
                     Err(true) => {
                         // Told it no longer holds the lock.
@@ -570,11 +581,13 @@ fn client_loop(
         if broken {
             // It stops believing when it stops working.
             end = end.min(Instant::now());
+            story.push_str("lost its server; ");
         } else if !released && rng.percent(85) {
             let release_sent = Instant::now();
             if release_sent < end {
                 end = release_sent;
             }
+            story.push_str("released");
             let outcome: redis::RedisResult<Value> =
                 redis::cmd("DLOCK.RELEASE").arg(key).arg(&owner).query(link);
             if let Err(error) = outcome {
@@ -588,6 +601,11 @@ fn client_loop(
                 token,
                 start: received,
                 end,
+                story: format!(
+                    "via {master}, {}, sent {:?} before the reply, {story}",
+                    if block { "BLOCK" } else { "at once" },
+                    received - sent
+                ),
             });
         }
         if broken {
@@ -614,7 +632,7 @@ fn renew(conn: &mut Connection, key: &str, owner: &str, ttl: &str) -> Result<(),
 }
 
 /// A connection to the master named by the first Sentinel that answers.
-fn find_master(sentinels: &[String]) -> Option<Connection> {
+fn find_master(sentinels: &[String]) -> Option<(Connection, String)> {
     for sentinel in sentinels {
         let Ok(mut conn) = connect(sentinel, SENTINEL_PORT, Duration::from_millis(500)) else {
             continue;
@@ -626,7 +644,9 @@ fn find_master(sentinels: &[String]) -> Option<Connection> {
         if let Ok(address) = reply {
             if let [ip, port] = address.as_slice() {
                 let port: u16 = port.parse().ok()?;
-                return connect(ip, port, Duration::from_secs(3)).ok();
+                return connect(ip, port, Duration::from_secs(3))
+                    .ok()
+                    .map(|conn| (conn, ip.clone()));
             }
         }
     }
@@ -660,11 +680,18 @@ struct Report {
 
 fn run(scenario: Scenario, settings: Settings, must_be_zero: bool) -> Option<Report> {
     if let Some(reason) = skip_reason() {
-        eprintln!(
-            "\n*** PARTITION SUITE SKIPPED: {reason} ***\n\
-             *** (tests/partition.rs proves failover under network partitions; \
-             run it as root on Linux with network namespaces: `make partition`) ***\n"
-        );
+        // Once, and straight to the terminal: the test harness would hide
+        // what a passing test prints.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** PARTITION SUITE SKIPPED: {reason} ***\n\
+                 *** (tests/partition.rs proves failover under network partitions; \
+                 run it as root on Linux with network namespaces: `make partition`) ***\n"
+            );
+        });
         return None;
     }
     let seconds = env_number("DLOCK_PARTITION_SECS", 15);
@@ -843,16 +870,18 @@ fn run(scenario: Scenario, settings: Settings, must_be_zero: bool) -> Option<Rep
     eprintln!("seed {}: {report:?}", report.seed);
     if let Some((a, b)) = &worst {
         eprintln!(
-            "longest overlap on {}: client {} token {} [{:?}..{:?}] and client {} token {} [{:?}..{:?}] (ms from start)",
+            "longest overlap on {}: client {} token {} [{:?}..{:?}] ({}) and client {} token {} [{:?}..{:?}] ({}) (ms from start)",
             KEYS[a.key],
             a.client,
             a.token,
             a.start.saturating_duration_since(started).as_millis(),
             a.end.saturating_duration_since(started).as_millis(),
+            a.story,
             b.client,
             b.token,
             b.start.saturating_duration_since(started).as_millis(),
-            b.end.saturating_duration_since(started).as_millis()
+            b.end.saturating_duration_since(started).as_millis(),
+            b.story
         );
     }
     write_report_row(&report);
