@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from dlock._core import parse_info
+from dlock._sync import call_on_own_connection
 
 REPO = Path(__file__).resolve().parents[2]
 PATIENCE = 20.0
@@ -106,8 +107,9 @@ class Server:
         return redis.Redis(port=self.port, **options)
 
     def has_command(self, name: str) -> bool:
-        info = self.client().execute_command("COMMAND", "INFO", name)
-        return bool(info) and info[0] is not None
+        # Read raw: redis-py's COMMAND reply parser does not take a null entry.
+        reply = call_on_own_connection(self.client(), [["COMMAND", "INFO", name]])[0]
+        return bool(reply) and reply[0] is not None
 
 
 def _valkey_binary() -> str:

@@ -358,16 +358,16 @@ def test_interrupted_wait_gives_back_a_racing_grant(r, key):
         waiter = make(r, name)
         # The hand-off and the interruption happen together.
         thread = _interrupt_when(lambda: info(r, name)["waiting"] == 1, then=holder.release)
+        interrupted = False
         try:
             waiter.acquire(blocking_timeout=60)
+            thread.join(30)  # the signal is sent: it lands in the loop below at the latest
+            for _ in range(3000):
+                time.sleep(0.01)
         except KeyboardInterrupt:
-            assert waiter.local.token is None
-            wait_until(lambda: info(r, name) is None, what="no hold and no waiter left")
-        else:
-            assert waiter.owned()  # the grant came before the signal
-            try:
-                time.sleep(10)  # the signal arrives here
-            except KeyboardInterrupt:
-                pass
-            waiter.release()
-        thread.join()
+            interrupted = True
+        thread.join(30)
+        assert interrupted
+        if waiter.local.token is not None:
+            waiter.release()  # the grant came before the signal, and acquire returned
+        wait_until(lambda: info(r, name) is None, what="no hold and no waiter left")
