@@ -203,6 +203,8 @@ class Lock:
 
     def _forget(self, hold: _Hold) -> None:
         hold.stop_watchdog()
+        if not hold.lost.is_set():
+            hold.lost.deadline.at = None  # given back, not lost
         if self.local.hold is hold:
             self.local.hold = None
             self.local.token = None

@@ -103,7 +103,7 @@ def test_blocked_acquire_waits_in_the_queue_and_gets_the_hand_off(r, key):
     holder = make(r, key)
     assert holder.acquire()
     # sleep=5: redis-py would poll every 5 s; dlock waits in the server.
-    waiter = make(r, key, sleep=5, blocking_timeout=20)
+    waiter = make(r, key, timeout=5, sleep=5, blocking_timeout=20)
     result = {}
     thread = threading.Thread(target=lambda: result.setdefault("ok", waiter.acquire()))
     thread.start()
@@ -243,8 +243,9 @@ def test_not_thread_local_token(r, key):
     assert info(r, key) is None
 
 
-def test_decoded_responses(server, key):
-    r = server.client(decode_responses=True)
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_decoded_responses(server, key, protocol):
+    r = server.client(decode_responses=True, protocol=protocol)
     with make(r, key, timeout=5) as lock:
         assert lock.owned() and lock.locked()
         assert lock.extend(1)
@@ -252,7 +253,24 @@ def test_decoded_responses(server, key):
     assert not lock.locked()
     waiter = make(r, key, blocking_timeout=0.05)
     assert waiter.acquire()
+    assert waiter.owned() and waiter.lost.wait(0) is False
     waiter.release()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_both_protocols(server, key, protocol):
+    r = server.client(protocol=protocol)
+    holder = make(r, key, timeout=5)
+    assert holder.acquire()
+    assert holder.owned() and holder.locked()
+    assert holder.extend(1)
+    waiter = make(r, key, timeout=5, blocking_timeout=5)
+    thread = threading.Thread(target=waiter.acquire)
+    thread.start()
+    wait_until(lambda: info(r, key)["waiting"] == 1, what="the waiter")
+    holder.release()
+    thread.join(10)
+    assert info(r, key)["owner"] not in (None, holder.local.token)
 
 
 def test_fencing_tokens_increase(r, key):

@@ -44,7 +44,7 @@ def in_thread(target):
 
 def test_readers_share_and_a_writer_excludes_them(server, r, key):
     require_shared(server)
-    rw1, rw2, rw3 = (dlock.RWLock(r, key) for _ in range(3))
+    rw1, rw2, rw3 = (dlock.RWLock(r, key, timeout=10) for _ in range(3))
     assert rw1.read_lock().acquire(blocking=False)
     assert rw2.read_lock().acquire(blocking=False)
     assert info(r, key)["shared"] == 2
@@ -61,7 +61,7 @@ def test_readers_share_and_a_writer_excludes_them(server, r, key):
 
 def test_a_waiting_writer_is_not_starved_by_new_readers(server, r, key):
     require_shared(server)
-    reader, writer, late = (dlock.RWLock(r, key) for _ in range(3))
+    reader, writer, late = (dlock.RWLock(r, key, timeout=10) for _ in range(3))
     assert reader.read_lock().acquire()
     thread, result = in_thread(lambda: writer.write_lock().acquire(blocking_timeout=20))
     wait_until(lambda: info(r, key)["waiting"] == 1, what="the writer in the queue")
@@ -74,8 +74,8 @@ def test_a_waiting_writer_is_not_starved_by_new_readers(server, r, key):
 
 def test_downgrade_and_upgrade(server, r, key):
     require_shared(server)
-    rw = dlock.RWLock(r, key)
-    other = dlock.RWLock(r, key)
+    rw = dlock.RWLock(r, key, timeout=10)
+    other = dlock.RWLock(r, key, timeout=10)
     with rw.write_lock():
         with rw.read_lock():  # a writer may read
             pass
@@ -95,7 +95,7 @@ def test_downgrade_and_upgrade(server, r, key):
 
 def test_second_upgrader_gets_deadlock_error(server, r, key):
     require_shared(server)
-    first, second = dlock.RWLock(r, key, thread_local=False), dlock.RWLock(r, key)
+    first, second = dlock.RWLock(r, key, timeout=10, thread_local=False), dlock.RWLock(r, key, timeout=10)
     assert first.read_lock().acquire()
     assert second.read_lock().acquire()
     thread, result = in_thread(lambda: first.write_lock().acquire(blocking_timeout=20))
@@ -112,7 +112,7 @@ def test_second_upgrader_gets_deadlock_error(server, r, key):
 
 def test_semaphore_limits_holders_and_hands_off_in_order(server, r, key):
     require_shared(server)
-    permits = [dlock.Semaphore(r, key, 2, thread_local=False) for _ in range(4)]
+    permits = [dlock.Semaphore(r, key, 2, timeout=10, thread_local=False) for _ in range(4)]
     assert permits[0].acquire() and permits[1].acquire()
     assert permits[0].limit == 2
     assert not permits[2].acquire(blocking=False)
@@ -136,7 +136,7 @@ def test_semaphore_permit_of_a_crashed_holder_is_freed(server, r, key):
     crashed = server.client()
     permit = dlock.Semaphore(crashed, key, 1, timeout=60, session=True)
     assert permit.acquire()
-    waiter = dlock.Semaphore(r, key, 1)
+    waiter = dlock.Semaphore(r, key, 1, timeout=10)
     thread, result = in_thread(lambda: waiter.acquire(blocking_timeout=20))
     wait_until(lambda: info(r, key)["waiting"] == 1, what="the waiter")
     crashed.connection_pool.disconnect()  # the holder's process dies
@@ -159,9 +159,9 @@ def test_semaphore_permit_is_renewed(server, r, key):
 def test_multilock_is_all_or_nothing(server, r, key):
     require(server, "dlock.macquire")
     a, b, c = f"{key}:a", f"{key}:b", f"{key}:c"
-    blocker = dlock.Lock(r, b)
+    blocker = dlock.Lock(r, b, timeout=10)
     assert blocker.acquire()
-    multi = dlock.MultiLock(r, [a, b, c])
+    multi = dlock.MultiLock(r, [a, b, c], timeout=10)
     assert not multi.acquire(blocking=False)
     assert info(r, a) is None and info(r, c) is None
     thread, result = in_thread(lambda: multi.acquire(blocking_timeout=20))
@@ -259,13 +259,13 @@ def test_asyncio_rwlock_and_semaphore(server, r, key):
     require_shared(server)
 
     async def body(client):
-        rw1, rw2 = dlock.asyncio.RWLock(client, key), dlock.asyncio.RWLock(client, key)
+        rw1, rw2 = dlock.asyncio.RWLock(client, key, timeout=10), dlock.asyncio.RWLock(client, key, timeout=10)
         async with rw1.read_lock():
             assert await rw2.read_lock().acquire(blocking=False)
-            assert not await dlock.asyncio.RWLock(client, key).write_lock().acquire(blocking=False)
+            assert not await dlock.asyncio.RWLock(client, key, timeout=10).write_lock().acquire(blocking=False)
             await rw2.read_lock().release()
         sem = f"{key}:sem"
-        one, two = dlock.asyncio.Semaphore(client, sem, 1), dlock.asyncio.Semaphore(client, sem, 1)
+        one, two = dlock.asyncio.Semaphore(client, sem, 1, timeout=10), dlock.asyncio.Semaphore(client, sem, 1, timeout=10)
         assert await one.acquire()
         waiter = asyncio.ensure_future(two.acquire(blocking_timeout=20))
         while (await client.execute_command("DLOCK.INFO", sem)) is None or info(r, sem)["waiting"] != 1:

@@ -111,3 +111,10 @@ def test_renewed_lock_is_released_by_context_manager(r, key):
     assert info(r, key) is None
     assert not lock.lost.is_set()
     wait_until(lambda: not watchdogs(key), what="the watchdog to stop")
+
+
+def test_a_released_lock_is_not_lost_after_its_lease(r, key):
+    lock = dlock.Lock(r, key, timeout=0.1)
+    assert lock.acquire()
+    lock.release()
+    assert not lock.lost.wait(0.3)  # past the lease: released, not lost
