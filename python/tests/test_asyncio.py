@@ -235,3 +235,25 @@ def test_cancellation_racing_a_grant_gives_it_back(server, key):
             await until(empty, what="no hold and no waiter left")
 
     run(server, body)
+
+
+def test_tasks_contending_for_one_lock_exclude_each_other(server, key):
+    async def body(client):
+        fences = []
+        inside = []
+
+        async def worker():
+            lock = make(client, key, timeout=10, blocking_timeout=30)
+            for _ in range(10):
+                async with lock:
+                    inside.append(1)
+                    assert len(inside) == 1
+                    fences.append(lock.fence)
+                    await asyncio.sleep(0)
+                    inside.pop()
+
+        await asyncio.gather(*(worker() for _ in range(6)))
+        assert len(fences) == 60 and fences == sorted(fences) and len(set(fences)) == 60
+        assert await ainfo(client, key) is None
+
+    run(server, body)

@@ -389,3 +389,32 @@ def test_interrupted_wait_gives_back_a_racing_grant(r, key):
         if waiter.local.token is not None:
             waiter.release()  # the grant came before the signal, and acquire returned
         wait_until(lambda: info(r, name) is None, what="no hold and no waiter left")
+
+
+def test_threads_contending_for_one_lock_exclude_each_other(r, key):
+    lock = make(r, key, timeout=10, blocking_timeout=30)
+    inside = []
+    fences = []
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(15):
+                with lock:
+                    inside.append(1)
+                    if len(inside) != 1:
+                        errors.append("two threads inside")
+                    fences.append(lock.fence)
+                    inside.pop()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len(fences) == 90
+    assert fences == sorted(fences) and len(set(fences)) == 90  # each hold newer than the last
+    assert info(r, key) is None
