@@ -418,3 +418,31 @@ def test_threads_contending_for_one_lock_exclude_each_other(r, key):
     assert len(fences) == 90
     assert fences == sorted(fences) and len(set(fences)) == 90  # each hold newer than the last
     assert info(r, key) is None
+
+
+def test_a_wait_outlasts_the_clients_socket_timeout(server, key):
+    r = server.client(socket_timeout=0.3)  # shorter than the waits below
+    holder = make(r, key, timeout=10, thread_local=False)
+    assert holder.acquire()
+    waiter = make(r, key, timeout=10)
+    start = time.monotonic()
+    assert waiter.acquire(blocking_timeout=1.0) is False  # no TimeoutError at 0.3 s
+    assert time.monotonic() - start >= 0.95
+    released = threading.Event()
+
+    def release_later():
+        wait_until(lambda: info(r, key)["waiting"] == 1, what="the waiter")
+        start_wait = time.monotonic()
+        while time.monotonic() - start_wait < 0.6:  # past the socket timeout
+            time.sleep(0.05)
+        released.set()
+        holder.release()
+
+    thread = threading.Thread(target=release_later)
+    thread.start()
+    assert waiter.acquire(blocking_timeout=20)
+    assert released.is_set()
+    thread.join()
+    waiter.release()
+    # The pool's connections are back to the client's own timeout.
+    assert r.ping()
