@@ -86,12 +86,19 @@ class LostEvent(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self.deadline = _core.Deadline()
+        #: Why the hold is known to be gone (None while it is not).
+        self.reason: Optional[str] = None
+
+    def lose(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.set()
 
     def is_set(self) -> bool:
         if super().is_set():
             return True
         if self.deadline.passed():
-            self.set()
+            self.lose("the lease deadline passed without a successful renewal")
             return True
         return False
 
@@ -170,7 +177,7 @@ class _Watchdog(threading.Thread):
                 return
             now = time.monotonic()
             if hold.lost.deadline.passed():
-                hold.lost.set()
+                hold.lost.lose("the lease deadline passed without a successful renewal")
                 return
             if now < next_at:
                 continue
@@ -184,7 +191,7 @@ class _Watchdog(threading.Thread):
             if self.stopped.is_set():
                 return
             if any(_core.is_notowner(e) for e in errors):
-                hold.lost.set()
+                hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
                 return
             if errors:
                 logger.warning("dlock: renewal of %r refused: %s", self.lock.name, errors[0])
@@ -429,7 +436,7 @@ class Lock:
             self._forget(hold)  # as redis-py: the token is dropped first
         errors = self._release_keys(hold)
         if any(_core.is_notowner(e) for e in errors):
-            hold.lost.set()
+            hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
             self._forget(hold)
             raise LockNotOwnedError("Cannot release a lock that's no longer owned")
         if errors:
@@ -460,7 +467,7 @@ class Lock:
             info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", self._keys[0]))
             _e, _s, pttl = _core.info_holds(info, hold.owner)
             if pttl < 0:
-                hold.lost.set()
+                hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
                 self._forget(hold)
                 raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
             ttl_ms = pttl + extra_ms
@@ -519,7 +526,7 @@ class Lock:
         sent = time.monotonic()
         errors = self._renew(hold, ttl_ms)
         if any(_core.is_notowner(e) for e in errors):
-            hold.lost.set()
+            hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
             self._forget(hold)
             raise LockNotOwnedError(message)
         if errors:

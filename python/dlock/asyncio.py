@@ -97,12 +97,19 @@ class LostEvent(asyncio.Event):
     def __init__(self) -> None:
         super().__init__()
         self.deadline = _core.Deadline()
+        #: Why the hold is known to be gone (None while it is not).
+        self.reason: Optional[str] = None
+
+    def lose(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.set()
 
     def is_set(self) -> bool:
         if super().is_set():
             return True
         if self.deadline.passed():
-            self.set()
+            self.lose("the lease deadline passed without a successful renewal")
             return True
         return False
 
@@ -338,7 +345,7 @@ class Lock:
                 return
             now = time.monotonic()
             if hold.lost.deadline.passed():
-                hold.lost.set()
+                hold.lost.lose("the lease deadline passed without a successful renewal")
                 return
             if now < next_at:
                 continue
@@ -354,7 +361,7 @@ class Lock:
             if hold.stopped:
                 return
             if any(_core.is_notowner(e) for e in errors):
-                hold.lost.set()
+                hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
                 return
             if errors:
                 logger.warning("dlock: renewal of %r refused: %s", self.name, errors[0])
@@ -390,7 +397,7 @@ class Lock:
         last = max(hold.counts) <= 1
         errors = await self._release_keys(hold)
         if any(_core.is_notowner(e) for e in errors):
-            hold.lost.set()
+            hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
             self._forget(hold)
             raise LockNotOwnedError("Cannot release a lock that's no longer owned")
         if errors:
@@ -424,7 +431,7 @@ class Lock:
             info = _core.parse_info(await self.redis.execute_command("DLOCK.INFO", self._keys[0]))
             _e, _s, pttl = _core.info_holds(info, hold.owner)
             if pttl < 0:
-                hold.lost.set()
+                hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
                 self._forget(hold)
                 raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
             ttl_ms = pttl + extra_ms
@@ -474,7 +481,7 @@ class Lock:
         sent = time.monotonic()
         errors = await self._renew(hold, ttl_ms)
         if any(_core.is_notowner(e) for e in errors):
-            hold.lost.set()
+            hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
             self._forget(hold)
             raise LockNotOwnedError(message)
         if errors:

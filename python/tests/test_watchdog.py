@@ -27,7 +27,7 @@ def test_a_300ms_lease_held_for_3s(r, key, options):
     assert lock.acquire()
     token = lock.fence
     # 3 s is ten leases: without renewals the lock would have ended long ago.
-    assert not lock.lost.wait(3.0)
+    assert not lock.lost.wait(3.0), lock.lost.reason
     state = info(r, key)
     assert state["owner"] == lock.local.token and state["token"] == token
     assert 0 <= state["pttl"] <= 300
@@ -42,6 +42,7 @@ def test_without_renewal_the_lease_ends_and_lost_says_so(r, key):
     assert not lock.lost.is_set()
     assert not watchdogs(key)
     assert lock.lost.wait(5.0)  # by the monotonic deadline, no thread needed
+    assert "deadline" in lock.lost.reason
     wait_until(lambda: info(r, key) is None, what="the lease to end")
     with pytest.raises(LockNotOwnedError):
         lock.release()
@@ -62,6 +63,7 @@ def test_del_sets_lost(r, key):
     start = time.monotonic()
     assert lock.lost.wait(5.0)
     assert time.monotonic() - start < 2.0  # the next renewal (every 100 ms) saw NOTOWNER
+    assert lock.lost.reason.startswith("NOTOWNER")
     wait_until(lambda: not watchdogs(key), what="the watchdog to stop")
     with pytest.raises(LockNotOwnedError):
         lock.release()
