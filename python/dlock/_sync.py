@@ -596,6 +596,13 @@ class RWLock:
     def write_lock(self) -> Lock:
         return self._write
 
+    def __enter__(self) -> Lock:
+        """``with rwlock:`` takes the write (exclusive) lock."""
+        return self._write.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._write.__exit__(*exc)
+
 
 class MultiLock(Lock):
     """Every key of ``names`` in one atomic step (``DLOCK.MACQUIRE``), or

@@ -549,6 +549,13 @@ class RWLock:
     def write_lock(self) -> Lock:
         return self._write
 
+    async def __aenter__(self) -> Lock:
+        """``async with rwlock:`` takes the write (exclusive) lock."""
+        return await self._write.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._write.__aexit__(*exc)
+
 
 class MultiLock(Lock):
     """Every key of ``names`` in one atomic step, or none (``DLOCK.MACQUIRE``)."""

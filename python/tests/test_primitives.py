@@ -57,6 +57,9 @@ def test_readers_share_and_a_writer_excludes_them(server, r, key):
     assert not rw1.read_lock().acquire(blocking=False)
     rw3.write_lock().release()
     assert info(r, key) is None
+    with rw3 as writer:  # the RWLock itself: the write lock
+        assert writer is rw3.write_lock() and info(r, key)["owner"] == writer.local.token
+    assert info(r, key) is None
 
 
 def test_a_waiting_writer_is_not_starved_by_new_readers(server, r, key):
