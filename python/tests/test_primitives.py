@@ -280,22 +280,34 @@ def test_asyncio_rwlock_and_semaphore(server, r, key):
     arun(server, body)
 
 
-def test_asyncio_multilock_and_latch(server, r, key):
-    require(server, "dlock.macquire", "dlock.latch")
+def test_asyncio_multilock(server, r, key):
+    require(server, "dlock.macquire")
 
     async def body(client):
         names = [f"{key}:a", f"{key}:b"]
         async with dlock.asyncio.MultiLock(client, names, timeout=5) as multi:
             assert len(multi.fence) == 2 and await multi.owned()
         assert not await multi.locked()
-        latch = dlock.asyncio.Latch(client, f"{key}:latch")
+
+    arun(server, body)
+
+
+def test_asyncio_latch(server, r, key):
+    require(server, "dlock.latch")
+
+    async def body(client):
+        latch = dlock.asyncio.Latch(client, key)
         assert await latch.try_set_count(2, timeout=60)
-        waiters = [asyncio.ensure_future(dlock.asyncio.Latch(client, f"{key}:latch").wait(20)) for _ in range(2)]
-        while info(r, f"{key}:latch")["waiting"] != 2:
+        assert not await latch.try_set_count(5, timeout=60)
+        waiters = [asyncio.ensure_future(dlock.asyncio.Latch(client, key).wait(20)) for _ in range(2)]
+        while info(r, key)["waiting"] != 2:
             await asyncio.sleep(0.002)
         assert await latch.count_down() == 1
+        assert await latch.count() == 1
         async with latch:
             pass
         assert await asyncio.gather(*waiters) == [True, True]
+        assert await latch.count() == 0
+        assert await latch.wait(0.1) is True
 
     arun(server, body)
