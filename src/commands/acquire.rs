@@ -122,12 +122,15 @@ impl<'a> Acquire<'a> {
         };
         let mut key = ctx.open_lock(name, true)?;
         scheduler::adopt_orphans_at(ctx, name, &mut key);
-        let now_ms = clock::now_ms();
+        // The clock, read once: leases and the token floor.
+        let now_us = clock::now_us();
+        let now_ms = now_us / 1_000;
         let lock = match key.lock_mut() {
             Some(lock) => lock,
             None => key.insert(Lock::new())?,
         };
-        let mut step = keyspace::step(now_ms);
+        let issue = keyspace::token_issuer(now_us);
+        let mut step = keyspace::step_at(now_us, &issue);
         if let Some(grant) = lock.acquire(request, &mut step) {
             stats::record(ctx, grant_event(grant), name);
             let changes = Changes {

@@ -47,9 +47,11 @@ impl<'a> Release<'a> {
 
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
         let mut key = ctx.open_lock(name, true)?;
-        let now_ms = clock::now_ms();
+        // The clock, read once: leases and the token floor of hand-offs.
+        let now_us = clock::now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
-        let mut step = keyspace::step(now_ms);
+        let issue = keyspace::token_issuer(now_us);
+        let mut step = keyspace::step_at(now_us, &issue);
         let released = lock.release(self.owner, self.mode, &mut step);
         if let Ok(_remaining) = released {
             let event = match self.mode {

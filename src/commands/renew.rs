@@ -38,9 +38,11 @@ impl<'a> Renew<'a> {
 
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
         let mut key = ctx.open_lock(name, true)?;
-        let now_ms = clock::now_ms();
+        // The clock, read once: leases and the token floor of hand-offs.
+        let now_us = clock::now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
-        let mut step = keyspace::step(now_ms);
+        let issue = keyspace::token_issuer(now_us);
+        let mut step = keyspace::step_at(now_us, &issue);
         let renewed = lock.renew(self.owner, self.ttl_ms, &mut step);
         if renewed.is_ok() {
             stats::record(ctx, Event::Renew, name);

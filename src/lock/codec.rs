@@ -99,8 +99,8 @@ pub fn valid_hold(
             .is_some_and(|total| total >= 1)
         && (1..=MAX_TOKEN).contains(&token)
         && deadline_ms <= MAX_TOKEN;
-    valid.then_some(Hold {
-        owner,
+    valid.then(|| Hold {
+        owner: owner.into(),
         exclusive,
         shared,
         token,

@@ -11,10 +11,12 @@
 
 pub mod codec;
 mod holders;
+mod owner;
 mod queue;
 mod token;
 
 pub use holders::{Hold, Holders};
+pub use owner::OwnerName;
 pub use queue::{
     stored_reservations, Entry, EntryKind, Queue, Waiter, WaiterId, Want, UPGRADE_SEQ,
 };

@@ -417,7 +417,7 @@ proptest! {
                     .holders()
                     .iter()
                     .filter(|hold| hold.is_live(now))
-                    .map(|h| (h.owner.clone(), h.exclusive, h.shared, h.token, h.deadline_ms))
+                    .map(|h| (h.owner.as_bytes().into(), h.exclusive, h.shared, h.token, h.deadline_ms))
                     .collect();
                 all.sort();
                 all

@@ -609,9 +609,11 @@ proptest! {
 #[test]
 fn an_uncontended_lock_stays_small() {
     // Memory per held lock is a product target (docs/benchmarks.md): the
-    // queue must cost one pointer until someone queues.
+    // queue must cost one pointer until someone queues, and a short owner
+    // (up to 38 bytes: a UUID) lives inside the lock, so that a held lock
+    // is one allocation (it was 72 bytes plus the owner's own allocation).
     assert!(
-        std::mem::size_of::<Lock>() <= 72,
+        std::mem::size_of::<Lock>() <= 96,
         "{}",
         std::mem::size_of::<Lock>()
     );

@@ -18,7 +18,10 @@ use super::{scheduler, tokens, waiters};
 use crate::lock::codec::{self, reservations, Sink, Source};
 use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
 
-static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+thread_local! {
+    /// True on Redis's main thread (set in the module's init, which runs there).
+    static ON_MAIN_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// Records Redis's main thread and declares the module's options; called
 /// from the module's init:
@@ -29,14 +32,16 @@ static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::Once
 ///   module keeps the two apart (see [`super::events`]). Servers without
 ///   async loading ignore the flag.
 pub fn init(ctx: &redis_module::Context) {
-    let _ = MAIN_THREAD.set(std::thread::current().id());
+    ON_MAIN_THREAD.with(|main| main.set(true));
     let options =
         raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
     api!(RedisModule_SetModuleOptions(ctx.ctx, options as c_int) else ());
 }
 
 fn on_main_thread() -> bool {
-    MAIN_THREAD.get() == Some(&std::thread::current().id())
+    ON_MAIN_THREAD
+        .try_with(std::cell::Cell::get)
+        .unwrap_or(false)
 }
 
 /// The type name shown by TYPE; exactly 9 characters, as Redis requires.

@@ -105,3 +105,16 @@ fn replicate_holders(ctx: Ctx, name: KeyName, lock: &Lock, step: &mut Step<'_>) 
 pub fn step(now_ms: u64) -> Step<'static> {
     Step::new(now_ms, &tokens::issue, &waiters::is_waiting)
 }
+
+/// A command's step at `now_us` (the clock read once for the whole
+/// command): leases count its milliseconds, and `issue` (made by
+/// [`token_issuer`] from the same instant) gives new tokens its
+/// microseconds as their floor.
+pub fn step_at<'a>(now_us: u64, issue: &'a dyn Fn() -> u64) -> Step<'a> {
+    Step::new(now_us / 1_000, issue, &waiters::is_waiting)
+}
+
+/// Issues tokens with `now_us` as their floor, without reading the clock.
+pub fn token_issuer(now_us: u64) -> impl Fn() -> u64 {
+    move || tokens::issue_at(now_us)
+}

@@ -13,5 +13,6 @@ pub mod scheduler;
 pub mod stats;
 pub mod tokens;
 pub mod waiters;
+mod wakeup;
 
 pub use ffi::{Argv, Ctx, KeyName, LockKey};

@@ -92,9 +92,15 @@ static BLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 static SHARED_GRANTS: AtomicU64 = AtomicU64::new(0);
 static DEADLOCKS: AtomicU64 = AtomicU64::new(0);
 
-/// Counts `event` and publishes it as a keyspace event on `name`.
+/// Counts `event` and publishes it as a keyspace event on `name`. Nothing
+/// is published (nor is Redis called) while `notify-keyspace-events` leaves
+/// the module class out, the default.
 pub fn record(ctx: Ctx, event: Event, name: KeyName) {
     count(event);
+    let classes = api!(RedisModule_GetNotifyKeyspaceEvents() else raw::REDISMODULE_NOTIFY_ALL);
+    if classes & raw::REDISMODULE_NOTIFY_MODULE == 0 {
+        return;
+    }
     api!(RedisModule_NotifyKeyspaceEvent(
         ctx.raw(),
         raw::REDISMODULE_NOTIFY_MODULE,

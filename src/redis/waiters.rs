@@ -318,7 +318,7 @@ fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u
     })
     .flatten()?;
     let previous_db = ctx.selected_db();
-    if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key, true) {
+    if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key) {
         if let Some(lock) = key.lock_mut() {
             lock.remove_waiter(record.seq, id);
         }
