@@ -43,6 +43,12 @@ const OWNER: Arg = Arg {
     optional: false,
     summary: c"1 to 512 bytes naming the holder, or * for a server-generated UUID",
 };
+/// The owner of RELEASE and RENEW, where `*` is a literal owner.
+const HELD_OWNER: Arg = Arg {
+    summary:
+        c"1 to 512 bytes naming the holder (compared byte for byte; * is a literal owner here)",
+    ..OWNER
+};
 const TTL: Arg = Arg {
     name: c"ttl",
     kind: INTEGER,
@@ -92,7 +98,7 @@ pub const COMMAND_INFO: &[Info] = &[
         complexity: c"O(log N) where N is the number of queued clients",
         arity: 3,
         key_flags: RW_UPDATE,
-        args: &[OWNER],
+        args: &[HELD_OWNER],
     },
     Info {
         name: c"dlock.renew",
@@ -100,7 +106,7 @@ pub const COMMAND_INFO: &[Info] = &[
         complexity: c"O(1)",
         arity: 4,
         key_flags: RW_UPDATE,
-        args: &[OWNER, TTL],
+        args: &[HELD_OWNER, TTL],
     },
     Info {
         name: c"dlock.info",
@@ -171,7 +177,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
         version: &version,
         summary: info.summary.as_ptr(),
         complexity: info.complexity.as_ptr(),
-        since: c"1.0.0".as_ptr(),
+        since: crate::version::VERSION_C.as_ptr(),
         history: std::ptr::null_mut(),
         tips: std::ptr::null(),
         arity: info.arity,

@@ -113,6 +113,7 @@ unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_
         // The default section is named after the module: `INFO dlock`;
         // Redis prefixes each field with `dlock_`.
         api!(RedisModule_InfoAddSection(ctx, c"".as_ptr()) else 0);
+        api!(RedisModule_InfoAddFieldCString(ctx, c"version".as_ptr(), crate::version::VERSION_C.as_ptr()) else 0);
         for (name, value) in fields() {
             let mut field = [0u8; 32];
             let len = name.len().min(field.len() - 1);
