@@ -16,6 +16,7 @@ pub mod version;
 #[cfg(all(not(test), feature = "module"))]
 mod module {
     use crate::commands::fair::FAIR_RESERVATION_MS;
+    use crate::redis::audit::AUDIT_CHANNEL;
     use crate::redis::datatype::{self, LOCK_TYPE_REGISTRATION};
     use crate::redis::{events, registry, scheduler, stats};
     use redis_module::configuration::ConfigurationFlags;
@@ -49,7 +50,9 @@ mod module {
             i64: [
                 ["fair-reservation-ms", &FAIR_RESERVATION_MS, 5_000, 1, (1 << 53) - 1, ConfigurationFlags::DEFAULT, None],
             ],
-            string: [],
+            string: [
+                ["audit-channel", &AUDIT_CHANNEL, "", ConfigurationFlags::DEFAULT, None],
+            ],
             bool: [],
             enum: [],
             module_args_as_configuration: true,

@@ -8,6 +8,7 @@
 //! instant up to and including its deadline, exactly like a Redis key whose
 //! expire time is that deadline: the lock is free once `now > deadline`.
 
+pub mod audit;
 pub mod codec;
 mod queue;
 mod token;

@@ -13,7 +13,7 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::stats::{self, Event};
-use super::{scheduler, tokens, waiters};
+use super::{audit, scheduler, tokens, waiters};
 use crate::lock::codec::{self, reservations, Sink, Source};
 use crate::lock::{Lock, MAX_TOKEN};
 
@@ -56,7 +56,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink2),
         copy2: None,
         aux_save2: None,
     },
@@ -277,6 +277,38 @@ unsafe extern "C" fn free(value: *mut c_void) {
         let groups = waiters::locate(lock.take_waiters(), lease_expired);
         scheduler::adopt_orphans(groups);
     }));
+}
+
+/// Redis is removing a lock value from the keyspace (expiry, DEL, ...).
+/// For the audit channel, a value whose lease has ended is remembered so
+/// that Redis's `expired` event, which follows at once, can be published as
+/// the lease's expiry.
+unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    if !audit::is_on() || !on_main_thread() {
+        return;
+    }
+    guarded((), || {
+        // SAFETY: Redis passes a value of this type.
+        let Some(lock) = (unsafe { lock_ref(value.cast_mut()) }) else {
+            return;
+        };
+        let now = crate::clock::now_ms();
+        let Some(hold) = lock.stored_hold().filter(|hold| !hold.is_live(now)) else {
+            return;
+        };
+        let key = api!(RedisModule_GetKeyNameFromOptCtx(ctx) else std::ptr::null());
+        if key.is_null() {
+            return;
+        }
+        let db = api!(RedisModule_GetDbIdFromOptCtx(ctx) else -1);
+        let name = super::ffi::KeyName::from_raw(key.cast_mut());
+        let fact = audit::Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: hold.holds,
+        };
+        audit::note_removed_after_lease(db, name.bytes(), fact);
+    })
 }
 
 unsafe extern "C" fn copy(

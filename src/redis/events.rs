@@ -6,7 +6,7 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::ffi::{Ctx, KeyName};
-use super::{propagation, scheduler, waiters};
+use super::{audit, propagation, scheduler, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
@@ -37,8 +37,27 @@ pub fn subscribe(ctx: &redis_module::Context) -> bool {
             return false;
         }
     }
-    api!(RedisModule_SubscribeToKeyspaceEvents(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, Some(on_keyspace_event)) else raw::REDISMODULE_ERR as i32)
-        == raw::REDISMODULE_OK as i32
+    let generic = api!(RedisModule_SubscribeToKeyspaceEvents(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, Some(on_keyspace_event)) else raw::REDISMODULE_ERR as i32);
+    let expired = api!(RedisModule_SubscribeToKeyspaceEvents(ctx.ctx, raw::REDISMODULE_NOTIFY_EXPIRED, Some(on_expired)) else raw::REDISMODULE_ERR as i32);
+    generic == raw::REDISMODULE_OK as i32 && expired == raw::REDISMODULE_OK as i32
+}
+
+/// Redis expired a key: for the audit channel, the end of a lease (see
+/// [`audit::on_key_expired`]).
+unsafe extern "C" fn on_expired(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: std::os::raw::c_int,
+    _event: *const std::os::raw::c_char,
+    key: *mut raw::RedisModuleString,
+) -> std::os::raw::c_int {
+    if audit::is_on() {
+        let _ = std::panic::catch_unwind(|| {
+            let ctx = Ctx::from_raw(ctx);
+            let name = KeyName::from_raw(key);
+            audit::on_key_expired(ctx, ctx.selected_db(), name.bytes());
+        });
+    }
+    raw::REDISMODULE_OK as i32
 }
 
 /// Anything that may start or stop the replication stream (see
