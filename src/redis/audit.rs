@@ -115,49 +115,55 @@ pub fn publish(ctx: Ctx, event: &str, db: i32, key: &[u8], fact: Fact<'_>) {
     }
 }
 
-/// A lock value Redis is removing after its lease ended, remembered until
-/// Redis's `expired` event names the reason (the value is gone by then).
-struct EndedLease {
+/// The holds of a lock value Redis is removing after their leases ended,
+/// remembered until Redis's `expired` event names the reason (the value is
+/// gone by then).
+struct EndedLeases {
     db: i32,
     key: Vec<u8>,
-    owner: Box<[u8]>,
-    token: u64,
-    holds: u64,
+    /// (owner, token, holds in both modes)
+    holds: Vec<(Box<[u8]>, u64, u64)>,
 }
 
-static ENDED_LEASE: Mutex<Option<EndedLease>> = Mutex::new(None);
+static ENDED_LEASES: Mutex<Option<EndedLeases>> = Mutex::new(None);
 
-fn ended_lease() -> std::sync::MutexGuard<'static, Option<EndedLease>> {
-    ENDED_LEASE
+fn ended_leases() -> std::sync::MutexGuard<'static, Option<EndedLeases>> {
+    ENDED_LEASES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Called as Redis removes a lock value whose lease has ended (only while
-/// auditing is on).
-pub fn note_removed_after_lease(db: i32, key: &[u8], fact: Fact<'_>) {
-    *ended_lease() = Some(EndedLease {
+/// Called as Redis removes a lock value with holds whose leases have ended
+/// (only while auditing is on).
+pub fn note_removed_after_lease<'a>(
+    db: i32,
+    key: &[u8],
+    ended: impl Iterator<Item = &'a crate::lock::Hold>,
+) {
+    *ended_leases() = Some(EndedLeases {
         db,
         key: key.to_vec(),
-        owner: fact.owner.into(),
-        token: fact.token,
-        holds: fact.holds,
+        holds: ended
+            .map(|hold| (hold.owner.clone(), hold.token, hold.total()))
+            .collect(),
     });
 }
 
 /// Redis's `expired` event for `key` in `db`: if the value it removed was
-/// a lock whose lease had ended, that is the lease's expiry.
+/// a lock whose leases had ended, those are the leases' expiries.
 pub fn on_key_expired(ctx: Ctx, db: i32, key: &[u8]) {
     if !is_on() {
         return;
     }
-    let ended = ended_lease().take();
+    let ended = ended_leases().take();
     if let Some(ended) = ended.filter(|ended| ended.db == db && ended.key == key) {
-        let fact = Fact {
-            owner: &ended.owner,
-            token: ended.token,
-            holds: ended.holds,
-        };
-        publish(ctx, "expire", db, key, fact);
+        for (owner, token, holds) in &ended.holds {
+            let fact = Fact {
+                owner,
+                token: *token,
+                holds: *holds,
+            };
+            publish(ctx, "expire", db, key, fact);
+        }
     }
 }
