@@ -93,8 +93,8 @@ pub struct Step<'a> {
     /// Owners whose hold began, changed or ended while the lock had several
     /// holders (with one holder or none the whole state is replicated).
     pub touched: Vec<Box<[u8]>>,
-    /// Holds dropped because their lease had ended.
-    pub expired: usize,
+    /// Holds dropped because their lease had ended (as they were).
+    pub expired: Vec<Hold>,
     /// Whether any hold began, changed or ended.
     pub holds_changed: bool,
 }
@@ -111,7 +111,7 @@ impl<'a> Step<'a> {
             present,
             woken: Vec::new(),
             touched: Vec::new(),
-            expired: 0,
+            expired: Vec::new(),
             holds_changed: false,
         }
     }
@@ -295,11 +295,11 @@ impl Lock {
             return;
         }
         for hold in self.holders.remove_expired(step.now_ms) {
-            step.expired += 1;
             step.holds_changed = true;
             if self.holders.is_many() {
-                step.touched.push(hold.owner);
+                step.touched.push(hold.owner.clone());
             }
+            step.expired.push(hold);
         }
     }
 
@@ -550,8 +550,8 @@ impl Lock {
     }
 
     /// Releases every hold tied to connection `client` (SESSION); returns
-    /// whether there was one.
-    pub fn end_session(&mut self, client: u64, step: &mut Step<'_>) -> bool {
+    /// the holds that ended.
+    pub fn end_session(&mut self, client: u64, step: &mut Step<'_>) -> Vec<Hold> {
         self.expire_holders(step);
         let was_many = self.holders.is_many();
         let ended = self.holders.remove_session(client);
@@ -561,7 +561,7 @@ impl Lock {
                 step.touched.push(hold.owner.clone());
             }
         }
-        !ended.is_empty()
+        ended
     }
 
     /// Hands the lock on: drops holders whose lease ended, expired
