@@ -164,7 +164,7 @@ impl<'a> Acquire<'a> {
             Fallback::Reserve { .. } if self.owner == OwnerArg::Generate => Changes::default(),
             Fallback::Reserve { for_ms } => {
                 let deadline_ms = now_ms.saturating_add(for_ms);
-                if lock.reserve(owner, self.want, deadline_ms) {
+                if lock.reserve(owner, self.want, deadline_ms, now_ms) {
                     let fact = Fact {
                         owner,
                         token: 0,

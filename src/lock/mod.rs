@@ -415,14 +415,17 @@ impl Lock {
     /// owner), or already holding the lock (an upgrade that cannot be
     /// granted), keeps no reservation. Returns whether one was made or
     /// refreshed.
-    pub fn reserve(&mut self, owner: &[u8], want: Want, deadline_ms: u64) -> bool {
+    ///
+    /// A new reservation records `now_ms` as the moment its owner joined
+    /// the queue (for `DLOCK.INFO key FULL`); a refresh keeps the first.
+    pub fn reserve(&mut self, owner: &[u8], want: Want, deadline_ms: u64, now_ms: u64) -> bool {
         let kind = EntryKind::Reservation { deadline_ms, want };
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
             None if !self.queue.seqs_of(owner).is_empty() => return false,
             None if self.holders.get(owner).is_some() => return false,
             None => {
-                self.queue.push(owner, kind);
+                self.queue.push(owner, kind, now_ms);
             }
         }
         true
@@ -435,7 +438,8 @@ impl Lock {
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
             None => {
-                self.queue.push(owner, kind);
+                // When it was made is not persisted: unknown.
+                self.queue.push(owner, kind, 0);
             }
         }
     }
@@ -458,7 +462,7 @@ impl Lock {
         // becomes a re-entry once the upgrade is granted.
         let second_of_upgrader = self.queue.upgrading_owner() == Some(owner);
         if upgrading && !second_of_upgrader {
-            if self.queue.push_upgrade(owner, waiter) {
+            if self.queue.push_upgrade(owner, waiter, now_ms) {
                 return Ok(UPGRADE_SEQ);
             }
             return Err(Deadlock);
@@ -468,7 +472,7 @@ impl Lock {
                 self.queue.replace(seq, EntryKind::Waiter(waiter));
                 seq
             }
-            None => self.queue.push(owner, EntryKind::Waiter(waiter)),
+            None => self.queue.push(owner, EntryKind::Waiter(waiter), now_ms),
         })
     }
 
@@ -588,6 +592,7 @@ impl Lock {
             let Some(Entry {
                 owner,
                 kind: EntryKind::Waiter(waiter),
+                ..
             }) = self.queue.remove(seq)
             else {
                 return;
@@ -727,6 +732,8 @@ impl Lock {
     }
 }
 
+#[cfg(test)]
+mod queue_time_tests;
 #[cfg(test)]
 mod shared_tests;
 #[cfg(test)]

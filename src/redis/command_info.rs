@@ -77,6 +77,14 @@ const LIMIT: Arg = Arg {
     optional: true,
     summary: c"with SHARED: at most this many owners holding the lock shared, the caller included",
 };
+const FULL: Arg = Arg {
+    name: c"full",
+    kind: TOKEN,
+    token: Some(c"FULL"),
+    optional: true,
+    summary:
+        c"also each queue entry's kind, mode, wait, deadline and client, and each holder's detail",
+};
 const SESSION: Arg = Arg {
     name: c"session",
     kind: TOKEN,
@@ -126,9 +134,9 @@ pub const COMMAND_INFO: &[Info] = &[
         name: c"dlock.info",
         summary: c"Returns the exclusive holder, the queue, and every holder with its counts, token and lease.",
         complexity: c"O(N) where N is the number of queued clients and holders",
-        arity: 2,
+        arity: -2,
         key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-        args: &[],
+        args: &[FULL],
     },
     Info {
         name: c"dlock.setstate",
@@ -196,7 +204,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
         tips: std::ptr::null(),
         arity: info.arity,
         key_specs: key_specs.as_mut_ptr(),
-        args: if info.args.is_empty() && info.name != c"dlock.info" {
+        args: if info.args.is_empty() {
             std::ptr::null_mut()
         } else {
             args.as_mut_ptr()
