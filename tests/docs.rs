@@ -728,29 +728,23 @@ fn compare(
                     after_time = x.ends_with("time=");
                 }
                 (Piece::Number(_), Piece::Number(_)) if is_time => {}
-                (Piece::Number(x), Piece::Number(y))
-                    if is_integer && (4..=12).contains(&x.trim_start_matches('-').len()) =>
-                {
-                    let (xd, yd): (i64, i64) = (x.parse().unwrap(), y.parse().unwrap());
-                    if !within(xd, yd) {
-                        return Err(format!("{} (a duration out of range)", mismatch()));
-                    }
-                }
                 (Piece::Uuid(x), Piece::Uuid(y)) => bindings.bind("uuid", x, y)?,
                 (Piece::Number(x), Piece::Number(y)) => {
                     let digits = x.trim_start_matches('-').len();
                     let field = field.as_deref().unwrap_or("");
+                    // Only a reply's value, never an index (`7)`, `7#`).
+                    let duration = TIMED_FIELDS.contains(&field) || (4..=12).contains(&digits);
                     if digits >= 13 {
                         if y.trim_start_matches('-').len() < 10 {
                             return Err(mismatch());
                         }
                         bindings.bind("token", x, y)?;
-                    } else if id_reply || ID_FIELDS.contains(&field) {
+                    } else if is_integer && (id_reply || ID_FIELDS.contains(&field)) {
                         bindings.bind("id", x, y)?;
-                    } else if TIMED_FIELDS.contains(&field) {
+                    } else if is_integer && duration {
                         let (xd, yd): (i64, i64) = (x.parse().unwrap(), y.parse().unwrap());
                         if !within(xd, yd) {
-                            return Err(format!("{} ({field} out of range)", mismatch()));
+                            return Err(format!("{} (a duration out of range)", mismatch()));
                         }
                     } else if x != y {
                         return Err(mismatch());
