@@ -352,3 +352,39 @@ fn keys_and_owners_are_quoted() {
         owner
     );
 }
+
+#[test]
+fn shared_holds_publish_their_own_events() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    config_set(&mut conn, "dlock.audit-channel", "dlock-audit");
+    let mut audit = Subscriber::open(&server, &["SUBSCRIBE", "dlock-audit"]);
+    let started = now_ms();
+    let shared = |conn: &mut Connection, owner: &str| {
+        grant(cmd(conn, &["DLOCK.ACQUIRE", "rw", owner, "30000", "SHARED"]).expect("SHARED"))
+            .expect("granted")
+    };
+    let (t1, _, _) = shared(&mut conn, "r1");
+    shared(&mut conn, "r1");
+    let writer = block_acquire(&server, "rw", "w", 30_000, 0);
+    wait_for_waiting(&mut conn, "rw", 1);
+    let reader = spawn_command(
+        &server,
+        &["DLOCK.ACQUIRE", "rw", "r2", "30000", "SHARED", "BLOCK", "0"],
+    );
+    wait_for_waiting(&mut conn, "rw", 2);
+    int(&mut conn, &["DLOCK.RELEASE", "rw", "r1", "SHARED"]);
+    int(&mut conn, &["DLOCK.RELEASE", "rw", "r1", "SHARED"]);
+    let ((tw, _, _), _) = writer.granted();
+    release(&mut conn, "rw", "w");
+    let ((t2, _, _), _) = reader.granted();
+
+    expect_event(&mut audit, started, ("acquire.shared", "rw", "r1", t1, 1));
+    expect_event(&mut audit, started, ("reenter.shared", "rw", "r1", t1, 2));
+    expect_event(&mut audit, started, ("release.shared", "rw", "r1", t1, 1));
+    expect_event(&mut audit, started, ("release.shared", "rw", "r1", t1, 0));
+    expect_event(&mut audit, started, ("handoff", "rw", "w", tw, 1));
+    expect_event(&mut audit, started, ("release", "rw", "w", tw, 0));
+    expect_event(&mut audit, started, ("handoff.shared", "rw", "r2", t2, 1));
+    expect_nothing_more(&mut conn, &mut audit, "dlock-audit");
+}
