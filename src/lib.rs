@@ -24,6 +24,7 @@ mod module {
 
     fn initialize(ctx: &Context, _args: &[RedisString]) -> Status {
         datatype::init(ctx);
+        crate::redis::audit::init(ctx);
         scheduler::init(ctx);
         if let Err(name) = registry::register_commands(ctx) {
             ctx.log_warning(&format!("dlock: failed to register {name:?}"));

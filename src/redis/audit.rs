@@ -7,7 +7,7 @@
 //! (`SPUBLISH`, `RedisModule_PublishMessageShard`) where the server has it,
 //! else to the plain channel (`PUBLISH`, which a cluster broadcasts).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use redis_module::configuration::{ConfigurationContext, ConfigurationValue};
@@ -115,55 +115,32 @@ pub fn publish(ctx: Ctx, event: &str, db: i32, key: &[u8], fact: Fact<'_>) {
     }
 }
 
-/// The holds of a lock value Redis is removing after their leases ended,
-/// remembered until Redis's `expired` event names the reason (the value is
-/// gone by then).
-struct EndedLeases {
-    db: i32,
-    key: Vec<u8>,
-    /// (owner, token, holds in both modes)
-    holds: Vec<(Box<[u8]>, u64, u64)>,
+/// A context of the module's own for publishing where Redis passes none
+/// (a value being unlinked); made once at load time.
+static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the detached context; called from the module's init.
+pub fn init(ctx: &redis_module::Context) {
+    let detached =
+        api!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
+    DETACHED.store(detached, Ordering::Relaxed);
 }
 
-static ENDED_LEASES: Mutex<Option<EndedLeases>> = Mutex::new(None);
-
-fn ended_leases() -> std::sync::MutexGuard<'static, Option<EndedLeases>> {
-    ENDED_LEASES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Called as Redis removes a lock value with holds whose leases have ended
-/// (only while auditing is on).
-pub fn note_removed_after_lease<'a>(
-    db: i32,
-    key: &[u8],
-    ended: impl Iterator<Item = &'a crate::lock::Hold>,
-) {
-    *ended_leases() = Some(EndedLeases {
-        db,
-        key: key.to_vec(),
-        holds: ended
-            .map(|hold| (hold.owner.clone(), hold.token, hold.total()))
-            .collect(),
-    });
-}
-
-/// Redis's `expired` event for `key` in `db`: if the value it removed was
-/// a lock whose leases had ended, those are the leases' expiries.
-pub fn on_key_expired(ctx: Ctx, db: i32, key: &[u8]) {
-    if !is_on() {
+/// Publishes `expire` for holds whose leases ended, of a value Redis is
+/// taking off `key` in `db` (only called while auditing is on, on the main
+/// thread).
+pub fn publish_ended<'a>(db: i32, key: &[u8], ended: impl Iterator<Item = &'a crate::lock::Hold>) {
+    let detached = DETACHED.load(Ordering::Relaxed);
+    if detached.is_null() {
         return;
     }
-    let ended = ended_leases().take();
-    if let Some(ended) = ended.filter(|ended| ended.db == db && ended.key == key) {
-        for (owner, token, holds) in &ended.holds {
-            let fact = Fact {
-                owner,
-                token: *token,
-                holds: *holds,
-            };
-            publish(ctx, "expire", db, key, fact);
-        }
+    let ctx = Ctx::from_raw(detached);
+    for hold in ended {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: hold.total(),
+        };
+        publish(ctx, "expire", db, key, fact);
     }
 }
