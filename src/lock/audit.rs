@@ -105,14 +105,28 @@ pub fn shard_channel(base: &[u8], key: &[u8], tags: &dyn Fn(u16) -> u32) -> Vec<
     channel
 }
 
+/// `n` in decimal, written into `buffer` (no allocation).
+fn decimal(mut n: u32, buffer: &mut [u8; 10]) -> &[u8] {
+    let mut start = buffer.len();
+    loop {
+        start -= 1;
+        buffer[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buffer[start..];
+        }
+    }
+}
+
 /// [`slot_tag`] for every slot, computed once (about 110,000 hashes of
 /// short strings).
 pub fn slot_tags() -> Vec<u32> {
     let mut tags = vec![u32::MAX; 16384];
     let mut missing = tags.len();
     let mut n = 0u32;
+    let mut digits = [0u8; 10];
     while missing > 0 {
-        let slot = usize::from(crc16(n.to_string().as_bytes()) % 16384);
+        let slot = usize::from(crc16(decimal(n, &mut digits)) % 16384);
         if tags[slot] == u32::MAX {
             tags[slot] = n;
             missing -= 1;
@@ -220,6 +234,10 @@ mod tests {
     fn every_slot_has_a_small_tag_and_the_channel_is_in_the_key_slot() {
         let tags = slot_tags();
         assert_eq!(tags.iter().max(), Some(&109_757));
+        let mut buffer = [0u8; 10];
+        for n in [0u32, 7, 10, 109_757, u32::MAX] {
+            assert_eq!(decimal(n, &mut buffer), n.to_string().as_bytes());
+        }
         for slot in [0u16, 1, 5000, 12182, 16383] {
             assert_eq!(slot_tag(slot), tags[usize::from(slot)]);
         }
