@@ -27,6 +27,7 @@ lint: deps
 # start their own servers on free ports.
 test: build lint
 	cargo test --release
+	cargo test --release -p dlock-client
 	DLOCK_SERVER="$$(./scripts/fetch-valkey.sh)" cargo test --release --test '*'
 	$(MAKE) --no-print-directory bench QUICK=1
 
