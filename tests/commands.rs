@@ -395,7 +395,7 @@ const BAD_CALLS: &[(&[&str], &str)] = &[
     (&["DLOCK.RELEASE", "k", ""], "ERR invalid owner"),
     (
         &["DLOCK.RELEASE", "k", "me", "extra"],
-        "ERR wrong number of arguments",
+        "ERR syntax error",
     ),
     (
         &["DLOCK.RENEW", "k", "me"],
