@@ -78,6 +78,56 @@ async fn read_write_lock_round_trip() {
     assert_eq!(common::info_int(&mut conn, "catalog", "shared"), 1);
     reader.release().await.unwrap();
     assert!(common::info(&mut conn, "catalog").is_none());
+
+    // Upgrades: the second owner asking to upgrade while one waits gets
+    // DEADLOCK, kept as its own error; the first is granted once the other
+    // reader leaves.
+    let reader_a = dlock
+        .read_lock("catalog")
+        .owner("a")
+        .acquire()
+        .await
+        .unwrap();
+    let reader_b = dlock
+        .read_lock("catalog")
+        .owner("b")
+        .acquire()
+        .await
+        .unwrap();
+    let upgrade_a = tokio::spawn({
+        let dlock = dlock.clone();
+        async move {
+            dlock
+                .write_lock("catalog")
+                .owner("a")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    eventually("the upgrade waits", Duration::from_secs(5), || {
+        common::waiting(&mut conn, "catalog") == 1
+    })
+    .await;
+    match dlock
+        .write_lock("catalog")
+        .owner("b")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+    {
+        Err(error @ Error::Deadlock(_)) => assert_eq!(error.code(), Some("DEADLOCK")),
+        other => panic!("expected DEADLOCK, got {other:?}"),
+    }
+    reader_b.release().await.unwrap();
+    let writer_a = upgrade_a.await.unwrap().unwrap();
+    assert_eq!(
+        common::info_owner(&mut conn, "catalog").as_deref(),
+        Some(&b"a"[..])
+    );
+    writer_a.release().await.unwrap();
+    reader_a.release().await.unwrap();
+    assert!(common::info(&mut conn, "catalog").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
