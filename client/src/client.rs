@@ -424,6 +424,18 @@ impl Client {
         self.inner.watchdog.len()
     }
 
+    /// The number of renewal rounds the watchdog has sent (each round is
+    /// one pipeline, or one per slot in a Cluster): for benchmarks.
+    ///
+    /// ```no_run
+    /// # fn demo(dlock: dlock_client::Client) {
+    /// println!("{} renewal rounds so far", dlock.renewal_rounds());
+    /// # }
+    /// ```
+    pub fn renewal_rounds(&self) -> u64 {
+        self.inner.watchdog.rounds()
+    }
+
     /// Test hook: stops (`true`) or resumes (`false`) sending renewals,
     /// while lost-lease detection by the client's clock goes on. Lets a test
     /// let a lease run out without touching the server.

@@ -82,6 +82,8 @@ pub(crate) struct Watchdog {
     wake: Notify,
     shutdown: AtomicBool,
     paused: AtomicBool,
+    /// Renewal rounds sent so far (each one pipeline per slot).
+    rounds: AtomicU64,
 }
 
 /// One guard's renewal in a round.
@@ -111,11 +113,16 @@ impl Watchdog {
             wake: Notify::new(),
             shutdown: AtomicBool::new(false),
             paused: AtomicBool::new(false),
+            rounds: AtomicU64::new(0),
         }
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -159,6 +166,54 @@ impl Watchdog {
         self.wake.notify_one();
     }
 
+    /// Marks overdue guards lost and takes the renewals due now (and the
+    /// ones due soon after); returns them and when to look again.
+    fn collect(&self, now: Instant, paused: bool, mut wake_at: Instant) -> (Vec<Due>, Instant) {
+        let mut due = Vec::new();
+        let mut table = self.table();
+        table.retain(|_, entry| {
+            if entry.hold.is_lost() {
+                return false;
+            }
+            if now >= entry.deadline {
+                entry.hold.mark_lost();
+                return false;
+            }
+            wake_at = wake_at.min(entry.deadline);
+            true
+        });
+        let any_due = !paused
+            && table
+                .values()
+                .any(|entry| !entry.in_flight && now >= entry.next_renewal);
+        for (id, entry) in table.iter_mut() {
+            if entry.in_flight || paused {
+                continue;
+            }
+            // A round also takes the renewals due within the next third
+            // of their period: renewing a little early is harmless, and
+            // guards taken at different moments fall into step, so a
+            // client's guards of one lease cost the server one pipelined
+            // round per period.
+            let early = entry
+                .next_renewal
+                .checked_sub(entry.period / 3)
+                .unwrap_or(now);
+            if any_due && now >= early {
+                entry.in_flight = true;
+                due.push(Due {
+                    id: *id,
+                    keys: entry.keys.clone(),
+                    owner: entry.owner.clone(),
+                    ttl_ms: entry.ttl_ms,
+                });
+            } else {
+                wake_at = wake_at.min(entry.next_renewal);
+            }
+        }
+        (due, wake_at)
+    }
+
     /// The watchdog task: sleeps until the next renewal or deadline, sends
     /// the renewals due (in a task of their own, so that a slow round never
     /// delays the deadline checks) and marks overdue guards lost.
@@ -172,33 +227,9 @@ impl Watchdog {
             }
             let now = Instant::now();
             let paused = watchdog.paused.load(Ordering::Acquire);
-            let mut wake_at = now + Duration::from_secs(3600);
-            let mut due = Vec::new();
-            watchdog.table().retain(|id, entry| {
-                if entry.hold.is_lost() {
-                    return false;
-                }
-                if now >= entry.deadline {
-                    entry.hold.mark_lost();
-                    return false;
-                }
-                wake_at = wake_at.min(entry.deadline);
-                if !entry.in_flight && !paused {
-                    if now >= entry.next_renewal {
-                        entry.in_flight = true;
-                        due.push(Due {
-                            id: *id,
-                            keys: entry.keys.clone(),
-                            owner: entry.owner.clone(),
-                            ttl_ms: entry.ttl_ms,
-                        });
-                    } else {
-                        wake_at = wake_at.min(entry.next_renewal);
-                    }
-                }
-                true
-            });
+            let (due, wake_at) = watchdog.collect(now, paused, now + Duration::from_secs(3600));
             if !due.is_empty() {
+                watchdog.rounds.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(Watchdog::round(watchdog.clone(), shared.clone(), due, now));
             }
             tokio::select! {
