@@ -254,6 +254,9 @@ impl LockBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(self) -> Result<Guard> {
+        if matches!(self.wait, Wait::No) && self.replicas.is_none() && self.owner.is_none() {
+            return self.acquire_at_once().await;
+        }
         let (sender, receiver) = oneshot::channel();
         let runtime = self.client.inner.runtime.clone();
         // The request runs in a task of its own, so that a cancelled caller
@@ -272,6 +275,34 @@ impl LockBuilder {
                 "the acquiring task ended without a result".into(),
             )),
         }
+    }
+
+    /// The common case inline (no wait, no replicas, a generated owner):
+    /// one command on the shared connection. If the caller drops the future
+    /// while the command is in flight, a release of the generated owner
+    /// follows it on the same connection, so a grant cannot outlive it.
+    async fn acquire_at_once(self) -> Result<Guard> {
+        self.check()?;
+        let owner = uuid::Uuid::new_v4().to_string().into_bytes();
+        let cmd = self.command(&owner, self.ttl_ms());
+        let mut in_flight = InFlight {
+            client: Some(self.client.clone()),
+            keys: &self.keys,
+            owner: &owner,
+            shared: self.shared,
+        };
+        let sent = Instant::now();
+        let reply = self.client.inner.shared.run(&self.keys[0], &cmd).await;
+        in_flight.client = None;
+        reply
+            .map_err(Error::from)
+            .and_then(|value| self.granted(value, &owner, sent, None))
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.lease.as_millis())
+            .unwrap_or(u64::MAX)
+            .min((1 << 53) - 1)
     }
 
     fn check(&self) -> Result<()> {
@@ -357,10 +388,7 @@ impl LockBuilder {
             Some(owner) => owner.clone(),
             None => uuid::Uuid::new_v4().to_string().into_bytes(),
         };
-        let ttl_ms = u64::try_from(self.lease.as_millis())
-            .unwrap_or(u64::MAX)
-            .min((1 << 53) - 1);
-        let cmd = self.command(&owner, ttl_ms);
+        let cmd = self.command(&owner, self.ttl_ms());
         let inner = &self.client.inner;
         let key = self.keys[0].clone();
         let dedicated_needed = !matches!(self.wait, Wait::No) || self.replicas.is_some();
@@ -539,6 +567,27 @@ impl LockBuilder {
             watch_id,
             session_conn,
         })
+    }
+}
+
+/// An immediate acquire whose reply has not come yet: dropped with a client
+/// still set, it releases the generated owner in the background.
+struct InFlight<'a> {
+    client: Option<Client>,
+    keys: &'a [Vec<u8>],
+    owner: &'a [u8],
+    shared: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            let (keys, owner, shared) = (self.keys.to_vec(), self.owner.to_vec(), self.shared);
+            let runtime = client.inner.runtime.clone();
+            runtime.spawn(async move {
+                let _ = send_release(&client, &keys, &owner, shared).await;
+            });
+        }
     }
 }
 
@@ -786,6 +835,20 @@ impl Drop for Guard {
 
 /// `DLOCK.RELEASE key owner [SHARED]` for every key, pipelined.
 async fn send_release(client: &Client, keys: &[Vec<u8>], owner: &[u8], shared: bool) -> Result<()> {
+    if let [key] = keys {
+        let mut cmd = redis::cmd("DLOCK.RELEASE");
+        cmd.arg(key.as_slice()).arg(owner);
+        if shared {
+            cmd.arg("SHARED");
+        }
+        return match client.inner.shared.run(key, &cmd).await? {
+            Value::ServerError(error) => Err(Error::from_server(
+                error.code(),
+                error.details().unwrap_or(""),
+            )),
+            _ => Ok(()),
+        };
+    }
     let mut pipe = Pipeline::new();
     pipe.ignore_errors();
     for key in keys {

@@ -78,6 +78,9 @@ pub(crate) struct Watch {
 
 pub(crate) struct Watchdog {
     entries: Mutex<HashMap<u64, Entry>>,
+    /// When the watchdog task looks again (None while it is awake): a new
+    /// guard wakes it only if it needs it sooner.
+    sleeps_until: Mutex<Option<Instant>>,
     next_id: AtomicU64,
     wake: Notify,
     shutdown: AtomicBool,
@@ -109,6 +112,7 @@ impl Watchdog {
     pub(crate) fn new() -> Watchdog {
         Watchdog {
             entries: Mutex::new(HashMap::new()),
+            sleeps_until: Mutex::new(None),
             next_id: AtomicU64::new(1),
             wake: Notify::new(),
             shutdown: AtomicBool::new(false),
@@ -147,8 +151,12 @@ impl Watchdog {
             in_flight: false,
             hold: watch.hold,
         };
+        let soonest = entry.next_renewal.min(entry.deadline);
         self.table().insert(id, entry);
-        self.wake.notify_one();
+        let sleeps_until = *self.sleeps_until.lock().unwrap_or_else(|e| e.into_inner());
+        if sleeps_until.is_none_or(|at| soonest < at) {
+            self.wake.notify_one();
+        }
         id
     }
 
@@ -190,14 +198,14 @@ impl Watchdog {
             if entry.in_flight || paused {
                 continue;
             }
-            // A round also takes the renewals due within the next third
-            // of their period: renewing a little early is harmless, and
-            // guards taken at different moments fall into step, so a
-            // client's guards of one lease cost the server one pipelined
-            // round per period.
+            // A round also takes the renewals due within the next half of
+            // their period: renewing early is harmless, and guards taken at
+            // different moments fall into step (two groups of one lease
+            // merge within a period), so a client's guards of one lease
+            // cost the server one pipelined round per period.
             let early = entry
                 .next_renewal
-                .checked_sub(entry.period / 3)
+                .checked_sub(entry.period / 2)
                 .unwrap_or(now);
             if any_due && now >= early {
                 entry.in_flight = true;
@@ -232,10 +240,18 @@ impl Watchdog {
                 watchdog.rounds.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(Watchdog::round(watchdog.clone(), shared.clone(), due, now));
             }
+            *watchdog
+                .sleeps_until
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(wake_at);
             tokio::select! {
                 _ = tokio::time::sleep_until(wake_at) => {}
                 _ = watchdog.wake.notified() => {}
             }
+            *watchdog
+                .sleeps_until
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 
