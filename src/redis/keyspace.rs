@@ -1,6 +1,7 @@
 //! Settling a lock key after a change: the one place that turns the pure
 //! lock's state into Redis state.
 
+use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
@@ -39,8 +40,13 @@ pub fn settle(
     };
     let now_ms = step.now_ms;
     lock.hand_off(&mut step);
-    for _ in 0..step.expired {
-        stats::record(ctx, Event::Expire, name);
+    for hold in &step.expired {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: hold.total(),
+        };
+        stats::record_fact(ctx, Event::Expire, name, fact);
     }
     for grant in &step.woken {
         let event = match (grant.grant.reentry, grant.grant.mode) {
@@ -49,7 +55,12 @@ pub fn settle(
             (false, Mode::Exclusive) => Event::Handoff,
             (false, Mode::Shared) => Event::HandoffShared,
         };
-        stats::record(ctx, event, name);
+        let fact = Fact {
+            owner: &grant.owner,
+            token: grant.grant.token,
+            holds: grant.grant.holds,
+        };
+        stats::record_fact(ctx, event, name, fact);
     }
     if lock.is_vacant(now_ms) {
         key.delete();
