@@ -246,7 +246,9 @@ pub fn markdown(info: &RunInfo, sections: &[Section], svg_name: Option<&str>) ->
     let _ = writeln!(
         out,
         "and every redis-server it started was (`PORT` is a free port, `DIR` a \
-         fresh temporary directory; scenario 4 adds `--maxclients 20000`):\n"
+         fresh temporary directory; scenario 4 adds `--maxclients 20000`; scenarios \
+         2 and 8 also start the same server without `--loadmodule`, the plain-Redis \
+         reference):\n"
     );
     let _ = writeln!(out, "```sh\n{}\n```\n", info.server_command);
 

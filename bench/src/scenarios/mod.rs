@@ -3,9 +3,11 @@
 
 pub mod contention;
 pub mod expiry;
+pub mod load;
 pub mod memory;
 pub mod pairs;
 pub mod queue;
+pub mod tax;
 pub mod throughput;
 
 use std::collections::HashMap;
