@@ -310,6 +310,26 @@ fn run() -> Res<()> {
         step("8: module tax");
         sections.push(scenarios::tax::run(&config)?);
     }
+    if config.wants(9) || config.wants(10) {
+        step("9, 10: read-write lock and semaphore (shared holds)");
+        sections.extend(scenarios::shared::run(
+            &config,
+            config.wants(9),
+            config.wants(10),
+        )?);
+    }
+    if config.wants(11) {
+        step("11: shared release cost against the number of holders");
+        sections.push(scenarios::shared_release::run(&config)?);
+    }
+    if config.wants(12) {
+        step("12: count-down latch");
+        sections.push(scenarios::latch::run(&config)?);
+    }
+    if config.wants(13) {
+        step("13: atomic multi-key acquire");
+        sections.push(scenarios::multikey::run(&config)?);
+    }
     sections.sort_by_key(|section| section.number);
     let elapsed = started.elapsed().as_secs_f64();
 

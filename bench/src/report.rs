@@ -144,6 +144,9 @@ pub fn text(sections: &[Section]) -> String {
     let mut out = String::new();
     for section in sections {
         let _ = writeln!(out, "\n== {}. {} ==", section.number, section.title);
+        if section.tables.is_empty() && !section.about.is_empty() {
+            let _ = writeln!(out, "  {}", section.about.replace("**", ""));
+        }
         for table in &section.tables {
             text_table(&mut out, table);
             out.push('\n');
