@@ -24,6 +24,8 @@ impl Table {
     }
 }
 
+const NOT_RUN: &str = "not available";
+
 /// A target of the brief and whether this run met it.
 pub struct Target {
     pub what: String,
@@ -53,8 +55,20 @@ impl Target {
         }
     }
 
+    /// A target of a scenario that could not run (its commands are missing).
+    pub fn not_run(what: &str, goal: &str) -> Target {
+        Target {
+            what: what.to_string(),
+            measured: NOT_RUN.into(),
+            goal: goal.to_string(),
+            met: false,
+        }
+    }
+
     pub fn verdict(&self) -> &'static str {
-        if self.met {
+        if self.measured == NOT_RUN {
+            "not run"
+        } else if self.met {
             "met"
         } else {
             "MISSED"
@@ -259,7 +273,10 @@ pub fn markdown(info: &RunInfo, sections: &[Section], svg_name: Option<&str>) ->
     let mut targets = Table::new("", &["scenario", "target", "measured", "goal", "result"]);
     for section in sections {
         for target in &section.targets {
-            let verdict = if target.met { "met" } else { "**MISSED**" };
+            let verdict = match target.verdict() {
+                "MISSED" => "**MISSED**",
+                other => other,
+            };
             targets.row(vec![
                 format!("[{}](#s{})", section.number, section.number),
                 target.what.clone(),

@@ -125,10 +125,21 @@ pub fn has_command(conn: &mut Conn, command: &str) -> Res<bool> {
 }
 
 /// A section that only says why its scenario did not run.
-pub fn skipped(number: u32, title: &str, why: &str) -> crate::report::Section {
+/// `goals`: (target, goal) pairs, listed in the targets table as not run.
+pub fn skipped(
+    number: u32,
+    title: &str,
+    why: &str,
+    goals: &[(&str, &str)],
+) -> crate::report::Section {
     println!("           scenario {number} skipped: {why}");
     let mut section = crate::report::Section::new(number, title);
     section.about = format!("**Not available in this run:** {why}");
+    for (what, goal) in goals {
+        section
+            .targets
+            .push(crate::report::Target::not_run(what, goal));
+    }
     section
 }
 

@@ -484,6 +484,11 @@ fn ms(value: f64) -> String {
     format!("{value:.3} ms")
 }
 
+const RW_OPS: &str = "read-write: operations/s, dlock / RReadWriteLock's algorithm (issue 11)";
+const RW_WRITERS: &str =
+    "read-write: writers' p99 wait, dlock vs RReadWriteLock's algorithm (issue 11)";
+const SEM_RATE: &str =
+    "semaphore: acquisitions/s, dlock / RPermitExpirableSemaphore's algorithm (issue 11)";
 const RW_TITLE: &str = "Read-write lock: 90% reads, 10% writes on one key";
 const SEM_TITLE: &str = "Semaphore: 32 clients, at most 8 holders";
 
@@ -495,10 +500,15 @@ pub fn run(config: &Config, read_write: bool, semaphore: bool) -> Res<Vec<Sectio
         let why = "this server's DLOCK.ACQUIRE does not take SHARED / LIMIT yet (issue 11)";
         let mut sections = Vec::new();
         if read_write {
-            sections.push(skipped(9, RW_TITLE, why));
+            sections.push(skipped(
+                9,
+                RW_TITLE,
+                why,
+                &[(RW_OPS, ">= 2.00x"), (RW_WRITERS, "<= Redisson's")],
+            ));
         }
         if semaphore {
-            sections.push(skipped(10, SEM_TITLE, why));
+            sections.push(skipped(10, SEM_TITLE, why, &[(SEM_RATE, ">= 2.00x")]));
         }
         return Ok(sections);
     }
@@ -554,13 +564,12 @@ pub fn run(config: &Config, read_write: bool, semaphore: bool) -> Res<Vec<Sectio
         section.tables.push(table);
         let write_p99 = |d: usize| median_of(&runs[d], |x| percentile_sorted(&x.write_waits, 99.0));
         section.targets.push(Target::at_least(
-            "read-write: operations/s, dlock / RReadWriteLock's algorithm (issue 11)",
+            RW_OPS,
             paired(&runs, RunResult::rate),
             2.0,
         ));
         section.targets.push(Target {
-            what: "read-write: writers' p99 wait, dlock vs RReadWriteLock's algorithm (issue 11)"
-                .into(),
+            what: RW_WRITERS.into(),
             measured: format!("{} vs {}", ms(write_p99(0)), ms(write_p99(1))),
             goal: "<= Redisson's".into(),
             met: write_p99(0) <= write_p99(1),
@@ -621,7 +630,7 @@ pub fn run(config: &Config, read_write: bool, semaphore: bool) -> Res<Vec<Sectio
         }
         section.tables.push(table);
         section.targets.push(Target::at_least(
-            "semaphore: acquisitions/s, dlock / RPermitExpirableSemaphore's algorithm (issue 11)",
+            SEM_RATE,
             paired(&runs, RunResult::rate),
             2.0,
         ));
