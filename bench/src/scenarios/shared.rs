@@ -2,7 +2,7 @@
 //! key against Redisson's algorithms run over the same server in Lua.
 //!
 //! * 9, read-write: 16 clients, each acquire a read (90%) or a write (10%),
-//!   no work, release. dlock: `DLOCK.ACQUIRE k o ttl [SHARED] BLOCK t`.
+//!   work (1 ms), release. dlock: `DLOCK.ACQUIRE k o ttl [SHARED] BLOCK t`.
 //!   Redisson: RReadWriteLock's steps (a hash with a mode field and
 //!   per-owner counts, one expiry key per read hold, pub/sub wake-ups; a
 //!   waiter retries on a message or when the PTTL passes).
@@ -35,6 +35,9 @@ const RW_CLIENTS: usize = 16;
 const WRITE_ONE_IN: u64 = 10;
 const SEM_CLIENTS: usize = 32;
 const LIMIT: i64 = 8;
+/// The work done under the lock (a sleep): without it holders hardly ever
+/// overlap, the LIMIT is never reached and readers never share.
+const HOLD: Duration = Duration::from_millis(1);
 /// Redisson's score of a permit that never expires.
 const NEVER: &str = "922337203685477";
 
@@ -386,6 +389,7 @@ fn run_once(
                                 read_waits.push(wait);
                             }
                         }
+                        std::thread::sleep(HOLD);
                         if write {
                             shared.writers.fetch_sub(1, Ordering::SeqCst);
                         } else {
@@ -520,8 +524,8 @@ pub fn run(config: &Config, read_write: bool, semaphore: bool) -> Res<Vec<Sectio
         let runs = measure(config, &server, &mut conn, &scripts, Workload::ReadWrite)?;
         let mut section = Section::new(9, RW_TITLE);
         section.about = format!(
-            "{RW_CLIENTS} clients (one thread and connection each) loop acquire / no work / \
-             release on one key for {:.1} s; each request is a write with probability \
+            "{RW_CLIENTS} clients (one thread and connection each) loop acquire / work \
+             ({} ms, a sleep) / release on one key for {:.1} s; each request is a write with probability \
              1/{WRITE_ONE_IN}, else a read. dlock: `DLOCK.ACQUIRE k o {TTL} [SHARED] BLOCK \
              {BLOCK_MS}`, `DLOCK.RELEASE k o [SHARED]`. Redisson: RReadWriteLock's \
              algorithm in this bench's own Lua (a hash with a `mode` field and a count per \
@@ -529,6 +533,7 @@ pub fn run(config: &Config, read_write: bool, semaphore: bool) -> Res<Vec<Sectio
              expiry keys, one pub/sub channel; a waiter retries when a message comes or the \
              PTTL passes). The wait is from the start of an acquire to its grant. Runs \
              per design: {reps}, interleaved; medians, ratios of back-to-back runs.",
+            HOLD.as_secs_f64() * 1000.0,
             duration.as_secs_f64()
         );
         let mut table = Table::new(
@@ -592,14 +597,15 @@ pub fn run(config: &Config, read_write: bool, semaphore: bool) -> Res<Vec<Sectio
         let runs = measure(config, &server, &mut conn, &scripts, Workload::Semaphore)?;
         let mut section = Section::new(10, SEM_TITLE);
         section.about = format!(
-            "{SEM_CLIENTS} clients loop acquire / no work / release of one permit of a \
-             semaphore of {LIMIT} for {:.1} s. dlock: `DLOCK.ACQUIRE k o {TTL} SHARED LIMIT \
+            "{SEM_CLIENTS} clients loop acquire / work ({} ms, a sleep) / release of one \
+             permit of a semaphore of {LIMIT} for {:.1} s. dlock: `DLOCK.ACQUIRE k o {TTL} SHARED LIMIT \
              {LIMIT} BLOCK {BLOCK_MS}`, `DLOCK.RELEASE k o SHARED`. Redisson: \
              RPermitExpirableSemaphore's algorithm in this bench's own Lua (a counter of \
              free permits and a sorted set of taken permits by lease deadline; expired \
              permits returned first; release publishes; a waiter retries on a message or \
              when the first permit's lease ends). Every client checks that at most \
              {LIMIT} hold at once. Runs per design: {reps}, interleaved; medians.",
+            HOLD.as_secs_f64() * 1000.0,
             duration.as_secs_f64()
         );
         let mut table = Table::new(
