@@ -175,7 +175,8 @@ fn release_round(clients: &mut Clients, key: &str) -> Res<f64> {
     let Clients { holder, waiter, .. } = clients;
     let grant = holder.call(&["DLOCK.ACQUIRE", key, "holder", WAITER_TTL])?;
     expect("DLOCK.ACQUIRE", &grant, grant.is_grant())?;
-    waiter.queue(&["DLOCK.ACQUIRE", key, "waiter", WAITER_TTL, "BLOCK", "2000"]);
+    // A long BLOCK: a stall of the machine must not time the waiter out.
+    waiter.queue(&["DLOCK.ACQUIRE", key, "waiter", WAITER_TTL, "BLOCK", "30000"]);
     waiter.flush()?;
     wait_for_waiting(holder, key, 1, Duration::from_secs(10))?;
     let start = Instant::now();
@@ -333,7 +334,7 @@ pub fn run(config: &Config) -> Res<Section> {
         format!("#   dlock:    DLOCK.ACQUIRE k holder {LEASE_MS} ; PEXPIRETIME k ; (waiter) DLOCK.ACQUIRE k waiter {WAITER_TTL} BLOCK 2000 ; DLOCK.RELEASE k waiter"),
         format!("#   pub/sub:  EVALSHA <lock> 1 k {LEASE_MS} holder ; PEXPIRETIME k ; (waiter, SUBSCRIBEd to unlock:k) EVALSHA <lock> 1 k {WAITER_TTL} waiter -> PTTL, wait, retry"),
         format!("#   polling:  SET k holder NX PX {LEASE_MS} ; PEXPIRETIME k ; (waiter) SET k waiter NX PX {WAITER_TTL} every 10 ms"),
-        format!("#   release:  DLOCK.ACQUIRE k holder {WAITER_TTL} ; (waiter) DLOCK.ACQUIRE k waiter {WAITER_TTL} BLOCK 2000 ; DLOCK.INFO k (until waiting is 1) ; DLOCK.RELEASE k holder (clock starts) ; (waiter) read the grant (clock stops) ; DLOCK.RELEASE k waiter"),
+        format!("#   release:  DLOCK.ACQUIRE k holder {WAITER_TTL} ; (waiter) DLOCK.ACQUIRE k waiter {WAITER_TTL} BLOCK 30000 ; DLOCK.INFO k (until waiting is 1) ; DLOCK.RELEASE k holder (clock starts) ; (waiter) read the grant (clock stops) ; DLOCK.RELEASE k waiter"),
     ];
     Ok(section)
 }
