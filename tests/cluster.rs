@@ -16,6 +16,8 @@
 //!   answered at once.
 //! * a lock resharded away (MIGRATE) while a waiter blocks on it is not
 //!   granted again on the old master: the waiter is answered null.
+//! * shared holds (readers, a writer waiting for them, a semaphore handed
+//!   on at a lease deadline) work on every shard and reach its replica.
 //!
 //! Each test builds its own cluster (six servers, killed on drop). The
 //! cluster is created with `redis-cli` (`DLOCK_REDIS_CLI` overrides the
@@ -23,6 +25,7 @@
 //! fixed time: every step polls for the state it needs, with a deadline.
 
 mod common;
+mod sharedkit;
 
 use common::*;
 use redis::cluster::{ClusterClient, ClusterConnection};
@@ -1238,4 +1241,123 @@ fn a_waiter_on_a_demoted_master_is_answered_at_once() {
     let lock = view(&mut cluster.node(promoted), &key).unwrap();
     assert_eq!(lock.hold(), (Some("holder".to_string()), 1, held));
     assert_eq!(lock.waiting, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Shared holds.
+// ---------------------------------------------------------------------------
+
+/// Readers and a writer, and a semaphore whose permit ends by its lease, on
+/// every shard: the writer waits for the readers and the reader behind it
+/// waits for the writer; each shard's replica sees the same holders.
+#[test]
+fn readers_writers_and_semaphores_work_on_every_shard() {
+    use sharedkit::{entry, holder_counts};
+    let cluster = Cluster::start();
+    let shards = cluster.settled("the cluster", |_| true);
+    let cluster_client = cluster.cluster_client();
+    let mut client = cluster_connection(&cluster_client);
+    let shared_take = |client: &mut ClusterConnection, key: &str, owner: &str, extra: &[&str]| {
+        let mut args = vec!["DLOCK.ACQUIRE", key, owner, "60000", "SHARED"];
+        args.extend_from_slice(extra);
+        grant(exec(client, &args).unwrap_or_else(|e| panic!("{args:?}: {e}")))
+    };
+    for shard in &shards {
+        let key = format!("{}:doc", tag_on(&mut client, shard, "rw"));
+        let (r1, _, _) = shared_take(&mut client, &key, "r1", &[]).unwrap();
+        let (r2, _, _) = shared_take(&mut client, &key, "r2", &[]).unwrap();
+        let writer = Waiter::spawn(
+            &cluster_client,
+            &["DLOCK.ACQUIRE", &key, "w", "60000", "BLOCK", "20000"],
+        );
+        wait_for_waiters(&mut client, &key, 1);
+        assert_eq!(shared_take(&mut client, &key, "r3", &[]), None);
+        let late = Waiter::spawn(
+            &cluster_client,
+            &[
+                "DLOCK.ACQUIRE",
+                &key,
+                "r3",
+                "60000",
+                "SHARED",
+                "BLOCK",
+                "20000",
+            ],
+        );
+        wait_for_waiters(&mut client, &key, 2);
+        let mut master = cluster.node(shard.master);
+        assert_eq!(
+            holder_counts(&mut master, &key),
+            vec![entry("r1", 0, 1, r1), entry("r2", 0, 1, r2)]
+        );
+        for owner in ["r1", "r2"] {
+            assert_eq!(
+                exec_int(&mut client, &["DLOCK.RELEASE", &key, owner, "SHARED"]),
+                0
+            );
+        }
+        let ((w, holds, _), _) = writer.granted();
+        assert_eq!(holds, 1);
+        assert!(w > r2);
+        assert_eq!(give_back(&mut client, &key, "w"), 0);
+        let ((r3, _, owner), _) = late.granted();
+        assert_eq!(owner, b"r3");
+        assert!(r3 > w);
+        assert_eq!(wait_replicas(&mut master, 1, 5_000), 1);
+        let mut replica = cluster.node(shard.replica());
+        let _: () = redis::cmd("READONLY").query(&mut replica).unwrap();
+        assert_eq!(
+            holder_counts(&mut replica, &key),
+            vec![entry("r3", 0, 1, r3)]
+        );
+
+        // A one-permit semaphore handed on when the permit's lease ends.
+        let key = format!("{}:api", tag_on(&mut client, shard, "sem"));
+        let lapsed = exec(
+            &mut client,
+            &[
+                "DLOCK.ACQUIRE",
+                &key,
+                "lapsed",
+                "300",
+                "SHARED",
+                "LIMIT",
+                "1",
+            ],
+        )
+        .unwrap();
+        let (held, _, _) = grant(lapsed).unwrap();
+        let deadline = pexpiretime(&mut master, &key);
+        let next = Waiter::spawn(
+            &cluster_client,
+            &[
+                "DLOCK.ACQUIRE",
+                &key,
+                "next",
+                "60000",
+                "BLOCK",
+                "20000",
+                "LIMIT",
+                "1",
+                "SHARED",
+            ],
+        );
+        let ((token, _, owner), at) = next.granted();
+        assert_eq!(owner, b"next");
+        assert!(token > held);
+        assert!(
+            at >= deadline,
+            "granted at {at}, before the lease ended at {deadline}"
+        );
+        assert!(
+            at - deadline < 2_000,
+            "the hand-off came {} ms late",
+            at - deadline
+        );
+        assert_eq!(wait_replicas(&mut master, 1, 5_000), 1);
+        assert_eq!(
+            holder_counts(&mut replica, &key),
+            vec![entry("next", 0, 1, token)]
+        );
+    }
 }

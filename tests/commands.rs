@@ -393,10 +393,7 @@ const BAD_CALLS: &[(&[&str], &str)] = &[
     ),
     (&["DLOCK.RELEASE", "k"], "ERR wrong number of arguments"),
     (&["DLOCK.RELEASE", "k", ""], "ERR invalid owner"),
-    (
-        &["DLOCK.RELEASE", "k", "me", "extra"],
-        "ERR wrong number of arguments",
-    ),
+    (&["DLOCK.RELEASE", "k", "me", "extra"], "ERR syntax error"),
     (
         &["DLOCK.RENEW", "k", "me"],
         "ERR wrong number of arguments for 'dlock.renew' command",

@@ -89,9 +89,12 @@ pub struct Step<'a> {
     present: &'a dyn Fn(WaiterId) -> bool,
     /// Waiters granted in this step, in grant order.
     pub woken: Vec<WaiterGrant>,
-    /// Owners whose hold began, changed or ended while the lock had several
-    /// holders (with one holder or none the whole state is replicated).
+    /// Owners whose hold began, changed or ended, each noted while the lock
+    /// had several holders after the change.
     pub touched: Vec<Box<[u8]>>,
+    /// A hold changed while the lock had one holder or none: `touched` does
+    /// not list every change, and the whole holder set must be replicated.
+    pub whole: bool,
     /// Holds dropped because their lease had ended.
     pub expired: usize,
     /// Whether any hold began, changed or ended.
@@ -110,10 +113,24 @@ impl<'a> Step<'a> {
             present,
             woken: Vec::new(),
             touched: Vec::new(),
+            whole: false,
             expired: 0,
             holds_changed: false,
         }
     }
+}
+
+/// One replicated effect on the holders (`DLOCK.SETSTATE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HolderEffect<'a> {
+    /// The only holder: every other hold ends (`HOLD`).
+    Only(&'a Hold),
+    /// One holder's state beside the others (`HOLDER`).
+    Beside(&'a Hold),
+    /// One owner's holds ended (`DROP`).
+    Drop(&'a [u8]),
+    /// Every hold ended (`FREE`).
+    Free,
 }
 
 /// The state of one lock key: its holders and its wait queue.
@@ -276,11 +293,15 @@ impl Lock {
         }
     }
 
-    /// Records that `owner`'s hold changed, for replication.
+    /// Records, after a change, that `owner`'s hold began, changed or
+    /// ended, for replication: by name while several owners hold the lock,
+    /// otherwise as a change of the whole (small) holder set.
     fn touch(&self, owner: &[u8], step: &mut Step<'_>) {
         step.holds_changed = true;
         if self.holders.is_many() {
             step.touched.push(owner.into());
+        } else {
+            step.whole = true;
         }
     }
 
@@ -295,10 +316,7 @@ impl Lock {
         }
         for hold in self.holders.remove_expired(step.now_ms) {
             step.expired += 1;
-            step.holds_changed = true;
-            if self.holders.is_many() {
-                step.touched.push(hold.owner);
-            }
+            self.touch(&hold.owner, step);
         }
     }
 
@@ -315,7 +333,6 @@ impl Lock {
         step: &mut Step<'_>,
     ) -> Grant {
         let deadline_ms = step.now_ms.saturating_add(ttl_ms);
-        let was_many = self.holders.is_many();
         let reentry = self
             .holders
             .get(owner)
@@ -358,12 +375,6 @@ impl Lock {
                     deadline_ms,
                     session: session.and_then(std::num::NonZeroU64::new),
                 });
-                if !was_many && self.holders.is_many() {
-                    // The first holder's state is replicated alongside.
-                    if let Some(first) = self.holders.iter().next() {
-                        step.touched.push(first.owner.clone());
-                    }
-                }
                 Grant {
                     token,
                     holds: 1,
@@ -509,7 +520,6 @@ impl Lock {
         if !held {
             return Err(NotOwner);
         }
-        let was_many = self.holders.is_many();
         let remaining = self
             .holders
             .update(owner, |hold| {
@@ -520,10 +530,7 @@ impl Lock {
                 hold.total()
             })
             .ok_or(NotOwner)?;
-        step.holds_changed = true;
-        if was_many {
-            step.touched.push(owner.into());
-        }
+        self.touch(owner, step);
         Ok(remaining)
     }
 
@@ -552,13 +559,9 @@ impl Lock {
     /// whether there was one.
     pub fn end_session(&mut self, client: u64, step: &mut Step<'_>) -> bool {
         self.expire_holders(step);
-        let was_many = self.holders.is_many();
         let ended = self.holders.remove_session(client);
         for hold in &ended {
-            step.holds_changed = true;
-            if was_many {
-                step.touched.push(hold.owner.clone());
-            }
+            self.touch(&hold.owner, step);
         }
         !ended.is_empty()
     }
@@ -670,6 +673,49 @@ impl Lock {
             .get(owner)
             .and_then(|hold| hold.session)
             .map(std::num::NonZeroU64::get)
+    }
+
+    /// The effects that bring a replica's holders to this lock's after
+    /// `step`: the whole set when it has one holder or none (`Only` or
+    /// `Free`, which replace every hold), or when the step changed it while
+    /// it was that small (`Free`, then `Beside` for each); otherwise only the
+    /// owners the step touched (`Beside` or `Drop` each), so that a change
+    /// among many holders costs one effect, not one per holder.
+    pub fn holder_effects(&self, step: &mut Step<'_>, mut emit: impl FnMut(HolderEffect<'_>)) {
+        if let Some(hold) = self.holders.single() {
+            emit(HolderEffect::Only(hold));
+            return;
+        }
+        if self.holders.is_empty() {
+            emit(HolderEffect::Free);
+            return;
+        }
+        if step.whole {
+            emit(HolderEffect::Free);
+            for hold in self.holders.iter() {
+                emit(HolderEffect::Beside(hold));
+            }
+            return;
+        }
+        let mut touched = std::mem::take(&mut step.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for owner in &touched {
+            match self.holders.get(owner) {
+                Some(hold) => emit(HolderEffect::Beside(hold)),
+                None => emit(HolderEffect::Drop(owner)),
+            }
+        }
+    }
+
+    /// Applies one replicated effect.
+    pub fn apply_effect(&mut self, effect: HolderEffect<'_>) {
+        match effect {
+            HolderEffect::Only(hold) => self.apply_hold(hold.clone(), true),
+            HolderEffect::Beside(hold) => self.apply_hold(hold.clone(), false),
+            HolderEffect::Drop(owner) => self.apply_drop(owner),
+            HolderEffect::Free => self.apply_free(),
+        }
     }
 
     /// The persistent part: the holders (without sessions) and the

@@ -12,7 +12,7 @@ use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::ffi::api;
+use super::ffi::{api, KeyName};
 use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
 use crate::lock::codec::{self, reservations, Sink, Source};
@@ -20,12 +20,19 @@ use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
 
 static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
 
-/// Records Redis's main thread and asks Redis to report a truncated or
-/// corrupt value as an error to the loader instead of aborting the server;
-/// called from the module's init.
+/// Records Redis's main thread and declares the module's options; called
+/// from the module's init:
+/// * `HANDLE_IO_ERRORS`: a truncated or corrupt value is reported to the
+///   loader as an error instead of aborting the server;
+/// * `HANDLE_REPL_ASYNC_LOAD`: a replica may load its master's data set
+///   beside the live one (`repl-diskless-load swapdb`, async loading); the
+///   module keeps the two apart (see [`super::events`]). Servers without
+///   async loading ignore the flag.
 pub fn init(ctx: &redis_module::Context) {
     let _ = MAIN_THREAD.set(std::thread::current().id());
-    api!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
+    let options =
+        raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
+    api!(RedisModule_SetModuleOptions(ctx.ctx, options as c_int) else ());
 }
 
 fn on_main_thread() -> bool {
@@ -57,8 +64,10 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy: Some(copy),
         defrag: None,
         mem_usage2: None,
+        // Without a free effort Redis counts a value as one allocation and
+        // frees it at once, on the main thread, right after unlinking it.
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink),
         copy2: None,
         aux_save2: None,
     },
@@ -120,7 +129,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         match lock {
             Some(lock) => {
                 for hold in lock.holders().iter() {
-                    tokens::observe(hold.token);
+                    tokens::observe_loaded(hold.token);
                 }
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
             }
@@ -257,29 +266,79 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
     let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    if !on_main_thread() {
+        // An asynchronous flush (FLUSHALL ASYNC, a replica discarding a data
+        // set after a diskless load) frees on a background thread, where the
+        // main thread's registries must not be touched; its waiters were
+        // dealt with by the flush event, and nothing is counted.
+        return;
+    }
+    // Waiters taken out when Redis unlinked the value (see `unlink`).
+    let mut departed = scheduler::take_departed_waiters(value as usize);
+    if lock.holders().is_empty() && lock.queue().waiter_count() == 0 && departed.is_empty() {
+        // The common end of a lock (released, then deleted): nothing to do.
+        return;
+    }
     let now = crate::clock::now_ms();
     let lease_expired = lock
         .holders()
         .latest_deadline()
         .is_some_and(|deadline| deadline < now);
-    let has_waiters = lock.queue().waiter_count() > 0;
-    if lease_expired && !has_waiters {
-        // Redis expired the key (or it was deleted after its lease ended).
-        stats::count(Event::Expire);
-    }
-    if !has_waiters || !on_main_thread() {
-        // (An asynchronous FLUSHALL frees on a background thread, where the
-        // main thread's registries must not be touched; its waiters then end
-        // at their timeout.)
+    departed.extend(lock.take_waiters());
+    if departed.is_empty() {
+        if lease_expired {
+            // Redis expired the key (or it was deleted after its lease ended).
+            stats::count(Event::Expire);
+        }
         return;
     }
     // The key was deleted, flushed, evicted or expired under its waiters:
     // they are re-queued at the same key and the head is granted, by a timer
     // (no key may be touched while Redis is freeing one).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let groups = waiters::locate(lock.take_waiters(), lease_expired);
+        let groups = waiters::locate(departed, lease_expired);
         scheduler::adopt_orphans(groups);
     }));
+}
+
+/// Redis took the value off its key: deleted (DEL, UNLINK, expiry,
+/// eviction, overwrite; `free` follows at once) or moved (RENAME, MOVE;
+/// nothing follows). Most locks have neither waiters nor a SESSION hold and
+/// cost two reads here. Otherwise the waiters leave the value now, so that
+/// a moved lock never grants them a name they did not ask for, and the
+/// scheduler learns which of the two it was (see `scheduler::depart`).
+/// This replaces a keyspace-event subscription, which made Redis call into
+/// the module for every DEL and EXPIRE of any key.
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guarded((), || {
+        if !on_main_thread() {
+            return;
+        }
+        // SAFETY: Redis passes a value of this type, still alive; it is ours
+        // to change (Redis only moves or frees it).
+        let Some(lock) = (unsafe { value.cast_mut().cast::<Lock>().as_mut() }) else {
+            return;
+        };
+        let has_session = lock.holders().iter().any(|hold| hold.session.is_some());
+        if lock.queue().waiter_count() == 0 && !has_session {
+            return;
+        }
+        let sessions = lock
+            .holders()
+            .iter()
+            .filter_map(|hold| hold.session.map(std::num::NonZeroU64::get))
+            .collect();
+        let db = api!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+        let name = api!(RedisModule_GetKeyNameFromOptCtx(ctx) else std::ptr::null());
+        let name = KeyName::from_raw(name.cast_mut());
+        scheduler::depart(
+            value as usize,
+            db,
+            name.bytes(),
+            lock.take_waiters(),
+            sessions,
+        );
+    })
 }
 
 unsafe extern "C" fn copy(
@@ -314,7 +373,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when:
         }
         match raw::load_unsigned(rdb) {
             Ok(last) if last <= MAX_TOKEN => {
-                tokens::observe(last);
+                tokens::observe_loaded(last);
                 raw::REDISMODULE_OK as c_int
             }
             _ => raw::REDISMODULE_ERR as c_int,

@@ -4,7 +4,7 @@
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
-use crate::lock::{Mode, Step, Want};
+use crate::lock::{HolderEffect, Lock, Mode, Step, Want};
 
 /// What a caller changed in the lock, besides its holds (which the
 /// [`Step`] records), before settling it.
@@ -68,22 +68,7 @@ pub fn settle(
         ctx.replicate_reserve(name, owner, deadline_ms, want);
     }
     if step.holds_changed {
-        let holders = lock.holders();
-        match holders.single() {
-            Some(hold) => ctx.replicate_hold(name, hold, true),
-            None if holders.is_empty() => ctx.replicate_free(name),
-            None => {
-                let mut touched = std::mem::take(&mut step.touched);
-                touched.sort_unstable();
-                touched.dedup();
-                for owner in &touched {
-                    match holders.get(owner) {
-                        Some(hold) => ctx.replicate_hold(name, hold, false),
-                        None => ctx.replicate_drop(name, owner),
-                    }
-                }
-            }
-        }
+        replicate_holders(ctx, name, lock, &mut step);
     }
     match lock.expire_at(now_ms) {
         Some(deadline_ms) => key.set_deadline(deadline_ms),
@@ -103,6 +88,16 @@ pub fn settle(
     for grant in step.woken {
         waiters::wake(grant);
     }
+}
+
+/// Propagates the holders a step changed (see [`Lock::holder_effects`]).
+fn replicate_holders(ctx: Ctx, name: KeyName, lock: &Lock, step: &mut Step<'_>) {
+    lock.holder_effects(step, |effect| match effect {
+        HolderEffect::Only(hold) => ctx.replicate_hold(name, hold, true),
+        HolderEffect::Beside(hold) => ctx.replicate_hold(name, hold, false),
+        HolderEffect::Drop(owner) => ctx.replicate_drop(name, owner),
+        HolderEffect::Free => ctx.replicate_free(name),
+    });
 }
 
 /// A step on a lock at `now_ms` with the server's token counter and

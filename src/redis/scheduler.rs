@@ -44,6 +44,26 @@ struct Scheduler {
     sessions: HashMap<u64, Vec<Place>>,
     /// Closed connections whose SESSION holds are still to release.
     closed: Vec<u64>,
+    /// Lock values unlinked from their key with waiters or a SESSION hold
+    /// depending on that place (see [`depart`]).
+    departures: Vec<Departure>,
+}
+
+/// A lock value Redis unlinked from its key (DEL, expiry, eviction,
+/// overwrite, or RENAME/MOVE carrying it elsewhere) while blocked waiters or
+/// a SESSION hold depended on its place. A deleted value is freed at once,
+/// in the same call, and its free callback takes the record back (the
+/// waiters are re-queued at their key); a value still alive when the timer
+/// runs was moved: its waiters asked for the old name and are answered null
+/// (they retry), and its SESSION hold is found at its new place.
+struct Departure {
+    /// The value's address: compared, never dereferenced.
+    value: usize,
+    db: i32,
+    key: Box<[u8]>,
+    waiters: Vec<waiters::QueuedWaiter>,
+    /// Connections whose SESSION holds are in the value.
+    sessions: Vec<u64>,
 }
 
 impl Scheduler {
@@ -78,7 +98,8 @@ impl Scheduler {
 
     /// When the timer must next fire.
     fn next_due(&self, now: u64) -> Option<u64> {
-        let urgent = !self.orphans.is_empty() || !self.closed.is_empty();
+        let urgent =
+            !self.orphans.is_empty() || !self.closed.is_empty() || !self.departures.is_empty();
         let first = self.due.first().map(|(at, _, _)| *at);
         if urgent {
             Some(now)
@@ -126,6 +147,48 @@ pub fn adopt_orphans(groups: Vec<OrphanGroup>) {
     arm();
 }
 
+/// Redis unlinked the lock value at `value` from `db`/`key` while `waiters`
+/// (taken out of it) or the SESSION holds of connections `sessions`
+/// depended on that place; see [`Departure`].
+pub fn depart(
+    value: usize,
+    db: i32,
+    key: &[u8],
+    waiters: Vec<waiters::QueuedWaiter>,
+    sessions: Vec<u64>,
+) {
+    with_scheduler(|scheduler| {
+        scheduler.departures.push(Departure {
+            value,
+            db,
+            key: key.into(),
+            waiters,
+            sessions,
+        })
+    });
+    arm();
+}
+
+/// The value at `value` is being freed: the waiters taken out of it when
+/// it was unlinked, if any (they are its orphans).
+pub fn take_departed_waiters(value: usize) -> Vec<waiters::QueuedWaiter> {
+    with_scheduler(|scheduler| {
+        if scheduler.departures.is_empty() {
+            return Vec::new();
+        }
+        let mut taken = Vec::new();
+        scheduler.departures.retain_mut(|departure| {
+            if departure.value != value {
+                return true;
+            }
+            taken.append(&mut departure.waiters);
+            false
+        });
+        taken
+    })
+    .unwrap_or_default()
+}
+
 /// Re-queues, at once, the orphaned waiters that waited at `name` (the
 /// value under them was just deleted, e.g. by Redis expiring the key as this
 /// command opened it), so that nobody takes the lock ahead of them.
@@ -171,17 +234,14 @@ pub fn track_session(client: u64, db: i32, key: &[u8]) {
     });
 }
 
-/// A lock moved from one place to another (RENAME, MOVE): SESSION holds
-/// tied to it follow.
-pub fn move_session_place(from: (i32, &[u8]), to: (i32, &[u8])) {
+/// The SESSION lock of connection `client` moved from one place to another
+/// (RENAME, MOVE): its hold follows.
+fn move_session_place(client: u64, from: (i32, &[u8]), to: (i32, &[u8])) {
     with_scheduler(|scheduler| {
-        for places in scheduler.sessions.values_mut() {
-            for (db, key) in places.iter_mut() {
-                if *db == from.0 && **key == *from.1 {
-                    *db = to.0;
-                    *key = to.1.into();
-                }
-            }
+        let places = scheduler.sessions.entry(client).or_default();
+        places.retain(|(db, key)| !(*db == from.0 && **key == *from.1));
+        if !places.iter().any(|(db, key)| *db == to.0 && **key == *to.1) {
+            places.push((to.0, to.1.into()));
         }
     });
 }
@@ -198,6 +258,19 @@ pub fn swap_session_databases(first: i32, second: i32) {
                 }
             }
         }
+    });
+}
+
+/// The data set was replaced (a replica's async load completed): forget
+/// every place of the old one. The armed timer, if any, finds nothing due.
+pub fn forget_keyspace() {
+    with_scheduler(|scheduler| {
+        scheduler.due.clear();
+        scheduler.pending.clear();
+        scheduler.orphans.clear();
+        scheduler.sessions.clear();
+        scheduler.closed.clear();
+        scheduler.departures.clear();
     });
 }
 
@@ -279,12 +352,17 @@ fn run_due(ctx: Ctx) {
     if !ctx.may_act() {
         // A replica or a loading server: the master decides. Waiters cannot
         // exist here (their clients were disconnected on demotion).
-        with_scheduler(|scheduler| {
+        let departures = with_scheduler(|scheduler| {
             scheduler.due.clear();
             scheduler.pending.clear();
             scheduler.orphans.clear();
             scheduler.closed.clear();
-        });
+            std::mem::take(&mut scheduler.departures)
+        })
+        .unwrap_or_default();
+        for departure in departures {
+            waiters::refuse(departure.waiters);
+        }
         return;
     }
     let original_db = ctx.selected_db();
@@ -301,6 +379,21 @@ fn run_due(ctx: Ctx) {
 }
 
 fn run_round(ctx: Ctx, now: u64) {
+    // Unlinked values not freed since: they were moved (RENAME, MOVE).
+    let moved =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.departures)).unwrap_or_default();
+    for departure in moved {
+        waiters::refuse(departure.waiters);
+        if departure.sessions.is_empty() {
+            continue;
+        }
+        if let Some((db, key)) = ctx.find_lock_value(departure.value, departure.db) {
+            for client in departure.sessions {
+                move_session_place(client, (departure.db, &departure.key), (db, &key));
+            }
+        }
+    }
+
     let closed =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.closed)).unwrap_or_default();
     for client in closed {
