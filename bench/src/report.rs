@@ -333,8 +333,18 @@ pub fn markdown(info: &RunInfo, sections: &[Section], svg_name: Option<&str>) ->
         out,
         "A missed target is reported, never an error: the bench fails only when \
          something does not work (a server that does not start, a wrong reply, \
-         two holders at once)."
+         two holders at once). A scenario whose commands the server does not have \
+         is reported as not available and its goals as not run."
     );
+    if crate::repo_root().join("client/benches/client.rs").exists() {
+        let _ = writeln!(
+            out,
+            "\nThe Rust client's scenarios (acquire + release through `dlock-client` \
+             against the raw commands, and the renewal cost of 10,000 guards) are \
+             measured by `client/benches/client.rs`, which `make bench` runs next, \
+             and reported in [benchmarks-client.md](benchmarks-client.md)."
+        );
+    }
     out
 }
 
