@@ -276,7 +276,7 @@ mod tests {
         let mut open = step(50);
         hand_off(&mut lock, Window::OpenUntil(100), &mut open);
         assert!(open.woken.is_empty());
-        assert_eq!(open.expired, 1);
+        assert_eq!(open.expired.len(), 1);
         assert!(lock.holders().is_empty());
         assert_eq!(lock.queue().waiter_count(), 1);
     }

@@ -1,6 +1,7 @@
 //! Settling a lock key after a change: the one place that turns the pure
 //! lock's state into Redis state.
 
+use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
 use super::{grace, scheduler, tokens, waiters};
@@ -41,8 +42,13 @@ pub fn settle(
     // No hand-off while a grace window is open (and no look before it closes).
     let window = grace::window(now_ms);
     lock::grace::hand_off(lock, window, &mut step);
-    for _ in 0..step.expired {
-        stats::record(ctx, Event::Expire, name);
+    for hold in &step.expired {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: hold.total(),
+        };
+        stats::record_fact(ctx, Event::Expire, name, fact);
     }
     for grant in &step.woken {
         let event = match (grant.grant.reentry, grant.grant.mode) {
@@ -51,7 +57,12 @@ pub fn settle(
             (false, Mode::Exclusive) => Event::Handoff,
             (false, Mode::Shared) => Event::HandoffShared,
         };
-        stats::record(ctx, event, name);
+        let fact = Fact {
+            owner: &grant.owner,
+            token: grant.grant.token,
+            holds: grant.grant.holds,
+        };
+        stats::record_fact(ctx, event, name, fact);
     }
     if lock.is_vacant(now_ms) {
         key.delete();
@@ -106,4 +117,17 @@ fn replicate_holders(ctx: Ctx, name: KeyName, lock: &Lock, step: &mut Step<'_>) 
 /// waiter registry.
 pub fn step(now_ms: u64) -> Step<'static> {
     Step::new(now_ms, &tokens::issue, &waiters::is_waiting)
+}
+
+/// A command's step at `now_us` (the clock read once for the whole
+/// command): leases count its milliseconds, and `issue` (made by
+/// [`token_issuer`] from the same instant) gives new tokens its
+/// microseconds as their floor.
+pub fn step_at<'a>(now_us: u64, issue: &'a dyn Fn() -> u64) -> Step<'a> {
+    Step::new(now_us / 1_000, issue, &waiters::is_waiting)
+}
+
+/// Issues tokens with `now_us` as their floor, without reading the clock.
+pub fn token_issuer(now_us: u64) -> impl Fn() -> u64 {
+    move || tokens::issue_at(now_us)
 }
