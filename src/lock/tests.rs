@@ -550,7 +550,7 @@ proptest! {
                                 }
                                 QueueOp::Fair { .. } => {
                                     let deadline = now + RESERVATION_MS;
-                                    lock.reserve(QUEUE_OWNERS[owner], Want::EXCLUSIVE, deadline);
+                                    lock.reserve(QUEUE_OWNERS[owner], Want::EXCLUSIVE, deadline, 0);
                                     let place = Place::Reserved { owner, deadline };
                                     let queued = model.places.iter().any(|p| p.owner() == owner);
                                     match model.places.iter().position(|p| matches!(p, Place::Reserved { owner: o, .. } if *o == owner)) {
@@ -618,7 +618,7 @@ fn an_uncontended_lock_stays_small() {
         std::mem::size_of::<Lock>()
     );
     let mut lock = Lock::new();
-    lock.reserve(b"r", Want::EXCLUSIVE, 10);
+    lock.reserve(b"r", Want::EXCLUSIVE, 10, 0);
     assert!(!lock.queue().is_empty());
     lock.hand_off_at(11, || 1);
     assert!(

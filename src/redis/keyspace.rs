@@ -1,10 +1,11 @@
 //! Settling a lock key after a change: the one place that turns the pure
 //! lock's state into Redis state.
 
+use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
-use super::{scheduler, tokens, waiters};
-use crate::lock::{HolderEffect, Lock, Mode, Step, Want};
+use super::{grace, scheduler, tokens, waiters};
+use crate::lock::{self, HolderEffect, Lock, Mode, Step, Want};
 
 /// What a caller changed in the lock, besides its holds (which the
 /// [`Step`] records), before settling it.
@@ -38,9 +39,16 @@ pub fn settle(
         return;
     };
     let now_ms = step.now_ms;
-    lock.hand_off(&mut step);
-    for _ in 0..step.expired {
-        stats::record(ctx, Event::Expire, name);
+    // No hand-off while a grace window is open (and no look before it closes).
+    let window = grace::window(now_ms);
+    lock::grace::hand_off(lock, window, &mut step);
+    for hold in &step.expired {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: hold.total(),
+        };
+        stats::record_fact(ctx, Event::Expire, name, fact);
     }
     for grant in &step.woken {
         let event = match (grant.grant.reentry, grant.grant.mode) {
@@ -49,14 +57,19 @@ pub fn settle(
             (false, Mode::Exclusive) => Event::Handoff,
             (false, Mode::Shared) => Event::HandoffShared,
         };
-        stats::record(ctx, event, name);
+        let fact = Fact {
+            owner: &grant.owner,
+            token: grant.grant.token,
+            holds: grant.grant.holds,
+        };
+        stats::record_fact(ctx, event, name, fact);
     }
     if lock.is_vacant(now_ms) {
         key.delete();
         ctx.replicate_delete(name);
         return;
     }
-    let wakeup_at = lock.wakeup_at(now_ms);
+    let wakeup_at = lock::grace::wakeup_at(lock, window, now_ms);
     let changed = step.holds_changed || changes.queue || changes.reserved.is_some();
     if !changed && step.woken.is_empty() {
         if let Some(at) = wakeup_at {

@@ -2,10 +2,12 @@
 //! clients, timers, events and replication. All `unsafe` code of the crate
 //! lives here, mostly in [`ffi`].
 
+pub mod audit;
 mod command_info;
 pub mod datatype;
 pub mod events;
 mod ffi;
+pub mod grace;
 pub mod keyspace;
 pub mod propagation;
 pub mod registry;

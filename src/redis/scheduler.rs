@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
+use super::audit::Fact;
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{self, settle, Changes};
 use super::stats::{self, Event};
@@ -455,8 +456,13 @@ fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
     let Some(lock) = lock_key.lock_mut() else {
         return;
     };
-    if lock.end_session(client, &mut step) {
-        stats::record(ctx, Event::Release, name.name());
+    for hold in lock.end_session(client, &mut step) {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: 0,
+        };
+        stats::record_fact(ctx, Event::Release, name.name(), fact);
     }
     settle(ctx, name.name(), &mut lock_key, step, Changes::default());
 }

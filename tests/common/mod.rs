@@ -27,7 +27,17 @@ pub fn server_binary() -> String {
 pub fn module_path() -> PathBuf {
     match std::env::var("DLOCK_MODULE") {
         Ok(path) => PathBuf::from(path),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libdlock.so"),
+        Err(_) => {
+            // A workspace member that includes this file (client/) builds
+            // into the workspace's target directory, one level up.
+            let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let own = here.join("target/release/libdlock.so");
+            if own.exists() {
+                own
+            } else {
+                here.join("../target/release/libdlock.so")
+            }
+        }
     }
 }
 
