@@ -16,6 +16,7 @@ pub mod redis;
 mod module {
     use crate::commands::fair::FAIR_RESERVATION_MS;
     use crate::redis::datatype::{self, LOCK_TYPE};
+    use crate::redis::latches::LATCH_TYPE;
     use crate::redis::{events, registry, scheduler, stats};
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
@@ -42,7 +43,7 @@ mod module {
         name: "dlock",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-        data_types: [LOCK_TYPE],
+        data_types: [LOCK_TYPE, LATCH_TYPE],
         init: initialize,
         configurations: [
             i64: [

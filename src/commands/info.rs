@@ -11,6 +11,8 @@
 //! * `waiting`: integer queue length: blocked waiters plus live reservations;
 //! * `queue`: array of the queued owners, head first.
 //!
+//! On a latch: see [`super::latch::reply_info`].
+//!
 //! Errors: arity, `ERR syntax error` for extra arguments, `WRONGTYPE`.
 
 use super::parser::{ArgCursor, ArgSource};
@@ -25,7 +27,10 @@ pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     }
     ArgCursor::starting_at(args, 2).finish()?;
     let name = args.key(1).ok_or(CommandError::WrongArity)?;
-    let key = ctx.open_lock(name, false)?;
+    let key = match ctx.open_lock(name, false) {
+        Err(CommandError::WrongType) => return super::latch::reply_info(ctx, name),
+        key => key?,
+    };
     let Some(lock) = key.lock() else {
         ctx.reply_null();
         return Ok(());

@@ -9,6 +9,7 @@
 //! expire time is that deadline: the lock is free once `now > deadline`.
 
 pub mod codec;
+pub mod latch;
 mod queue;
 mod token;
 

@@ -27,7 +27,7 @@ pub fn init(ctx: &redis_module::Context) {
     api!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
 }
 
-fn on_main_thread() -> bool {
+pub(super) fn on_main_thread() -> bool {
     MAIN_THREAD.get() == Some(&std::thread::current().id())
 }
 

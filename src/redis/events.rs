@@ -6,7 +6,7 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::ffi::{Ctx, KeyName};
-use super::{propagation, scheduler, waiters};
+use super::{awaiters, propagation, scheduler, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
@@ -94,6 +94,7 @@ unsafe extern "C" fn on_swapdb(
         }
         ctx.select_db(previous_db);
         waiters::refuse_ids(moved.into_iter().map(|(id, ..)| id));
+        awaiters::databases_swapped(ctx, first, second);
     });
 }
 
@@ -110,6 +111,7 @@ unsafe extern "C" fn on_flush(
     let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
         return;
     };
+    flush_awaiters(info);
     if info.sync != 0 {
         // A synchronous flush frees each value on this thread, and the
         // value's free callback re-queues its waiters.
@@ -121,6 +123,13 @@ unsafe extern "C" fn on_flush(
     let _ = std::panic::catch_unwind(|| {
         scheduler::adopt_orphans(waiters::orphan_database(db));
     });
+}
+
+/// A flush (either kind) answers the awaiters of its latches 0 before it
+/// starts; see [`awaiters::flush_database`].
+fn flush_awaiters(info: &raw::RedisModuleFlushInfo) {
+    let db = info.dbnum;
+    let _ = std::panic::catch_unwind(|| awaiters::flush_database(db));
 }
 
 thread_local! {
@@ -163,6 +172,7 @@ unsafe extern "C" fn on_keyspace_event(
             .ok()
             .flatten();
         let Ok(mut lock_key) = ctx.open_lock(name, false) else {
+            awaiters::latch_moved(ctx, name);
             return;
         };
         let Some(lock) = lock_key.lock_mut() else {

@@ -2,11 +2,13 @@
 //! clients, timers, events and replication. All `unsafe` code of the crate
 //! lives here, mostly in [`ffi`].
 
+pub mod awaiters;
 mod command_info;
 pub mod datatype;
 pub mod events;
 mod ffi;
 pub mod keyspace;
+pub mod latches;
 pub mod propagation;
 pub mod registry;
 pub mod scheduler;

@@ -29,6 +29,14 @@ pub enum Event {
     Expire,
     /// A blocked waiter whose timeout passed.
     Timeout,
+    /// A latch created (`dlock.latch`).
+    LatchCreate,
+    /// A latch counted down without opening (`dlock.countdown`).
+    Countdown,
+    /// A latch counted down to 0: opened and deleted (`dlock.open`).
+    LatchOpen,
+    /// A blocked `DLOCK.AWAIT` whose timeout passed (`dlock.timeout`).
+    AwaitTimeout,
 }
 
 impl Event {
@@ -42,6 +50,10 @@ impl Event {
             Event::Handoff => &HANDOFFS,
             Event::Expire => &LEASE_EXPIRIES,
             Event::Timeout => &BLOCK_TIMEOUTS,
+            Event::LatchCreate => &LATCHES_CREATED,
+            Event::Countdown => &COUNTDOWNS,
+            Event::LatchOpen => &LATCHES_OPENED,
+            Event::AwaitTimeout => &AWAIT_TIMEOUTS,
         }
     }
 
@@ -54,7 +66,10 @@ impl Event {
             Event::Reserve => c"dlock.reserve",
             Event::Handoff => c"dlock.handoff",
             Event::Expire => c"dlock.expire",
-            Event::Timeout => c"dlock.timeout",
+            Event::Timeout | Event::AwaitTimeout => c"dlock.timeout",
+            Event::LatchCreate => c"dlock.latch",
+            Event::Countdown => c"dlock.countdown",
+            Event::LatchOpen => c"dlock.open",
         }
     }
 }
@@ -67,6 +82,10 @@ static RESERVATIONS_MADE: AtomicU64 = AtomicU64::new(0);
 static HANDOFFS: AtomicU64 = AtomicU64::new(0);
 static LEASE_EXPIRIES: AtomicU64 = AtomicU64::new(0);
 static BLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+static LATCHES_CREATED: AtomicU64 = AtomicU64::new(0);
+static COUNTDOWNS: AtomicU64 = AtomicU64::new(0);
+static LATCHES_OPENED: AtomicU64 = AtomicU64::new(0);
+static AWAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 
 /// Counts `event` and publishes it as a keyspace event on `name`.
 pub fn record(ctx: Ctx, event: Event, name: KeyName) {
@@ -102,6 +121,18 @@ pub fn fields() -> [(&'static str, u64); 11] {
     ]
 }
 
+/// The latch fields of `INFO dlock`, after the lock fields.
+pub fn latch_fields() -> [(&'static str, u64); 5] {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    [
+        ("latches_created", read(&LATCHES_CREATED)),
+        ("countdowns", read(&COUNTDOWNS)),
+        ("latches_opened", read(&LATCHES_OPENED)),
+        ("await_timeouts", read(&AWAIT_TIMEOUTS)),
+        ("latch_awaiters", super::awaiters::blocked_count() as u64),
+    ]
+}
+
 /// Registers the `INFO dlock` section; called from the module's init.
 pub fn register_info(ctx: &redis_module::Context) -> bool {
     api!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_section)) else raw::REDISMODULE_ERR as i32)
@@ -113,7 +144,7 @@ unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_
         // The default section is named after the module: `INFO dlock`;
         // Redis prefixes each field with `dlock_`.
         api!(RedisModule_InfoAddSection(ctx, c"".as_ptr()) else 0);
-        for (name, value) in fields() {
+        for (name, value) in fields().into_iter().chain(latch_fields()) {
             let mut field = [0u8; 32];
             let len = name.len().min(field.len() - 1);
             field[..len].copy_from_slice(&name.as_bytes()[..len]);
