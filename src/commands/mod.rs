@@ -17,6 +17,9 @@ pub mod countdown;
 pub mod latch;
 pub mod latchstate;
 
+// Atomic multi-key acquire.
+pub mod macquire;
+
 use std::ffi::CStr;
 
 /// Every way a command can fail. Each maps to one static error reply, so that
@@ -49,6 +52,8 @@ pub enum CommandError {
     InvalidDecrement,
     /// DLOCK.LATCHSTATE sent by a client rather than by a master or the AOF.
     InternalLatchCommand,
+    /// DLOCK.MACQUIRE with numkeys outside 1..=1024.
+    InvalidNumkeys,
 }
 
 impl CommandError {
@@ -86,6 +91,9 @@ impl CommandError {
             }
             CommandError::InternalLatchCommand => {
                 c"ERR DLOCK.LATCHSTATE is internal: only a master's replication stream or the AOF may send it"
+            }
+            CommandError::InvalidNumkeys => {
+                c"ERR invalid numkeys: must be an integer from 1 to 1024"
             }
         }
     }
