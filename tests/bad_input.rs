@@ -19,8 +19,20 @@ fn state(conn: &mut Connection) -> Vec<String> {
             let detail = if kind == "dlocklock" {
                 let reply = run(conn, &[b"DLOCK.INFO", key]).unwrap();
                 match reply {
-                    // Everything but pttl, which runs down by itself.
-                    Value::Array(items) => format!("{:?} {:?}", &items[..6], &items[8..]),
+                    // Everything but the pttls, which run down by themselves.
+                    Value::Array(items) => {
+                        let holders: Vec<String> = match items.get(15) {
+                            Some(Value::Array(holders)) => holders
+                                .iter()
+                                .map(|holder| match holder {
+                                    Value::Array(fields) => format!("{:?}", &fields[..4]),
+                                    other => format!("{other:?}"),
+                                })
+                                .collect(),
+                            _ => Vec::new(),
+                        };
+                        format!("{:?} {:?} {holders:?}", &items[..6], &items[8..15])
+                    }
                     other => format!("{other:?}"),
                 }
             } else {
@@ -100,12 +112,32 @@ fn bad_calls() -> Vec<(Vec<Vec<u8>>, &'static str)> {
     for args in [
         &[&b"DLOCK.RELEASE"[..]][..],
         &[b"DLOCK.RELEASE", b"k"],
-        &[b"DLOCK.RELEASE", b"k", b"me", b"x"],
         &[b"DLOCK.RENEW", b"k", b"me", b"1", b"x"],
         &[b"DLOCK.INFO"],
         &[b"DLOCK.INFO", b"k", b"x"],
     ] {
         add(args, "ERR wrong number of arguments");
+    }
+    add(&[b"DLOCK.RELEASE", b"k", b"me", b"x"], "ERR syntax error");
+    add(
+        &[b"DLOCK.RELEASE", b"k", b"me", b"SHARED", b"SHARED"],
+        "ERR syntax error",
+    );
+    for command in [&b"DLOCK.ACQUIRE"[..], b"DLOCK.FAIR"] {
+        for options in [
+            &[&b"LIMIT"[..], b"3"][..],
+            &[b"SHARED", b"SHARED"],
+            &[b"SHARED", b"LIMIT"],
+            &[b"SHARED", b"LIMIT", b"2", b"LIMIT", b"2"],
+        ] {
+            let mut args: Vec<&[u8]> = vec![command, b"k", b"me", b"100"];
+            args.extend_from_slice(options);
+            add(&args, "ERR syntax error");
+        }
+        for limit in [&b"0"[..], b"-1", b"4294967296", b"1.5", b"x"] {
+            let args: Vec<&[u8]> = vec![command, b"k", b"me", b"100", b"SHARED", b"LIMIT", limit];
+            add(&args, "ERR invalid limit");
+        }
     }
     for command in [
         &[&b"DLOCK.ACQUIRE"[..], b"str", b"me", b"100"][..],

@@ -63,7 +63,11 @@ fn command_info_has_arity_flags_and_key_specs() {
         info.contains("readonly") && info.contains("fast") && info.contains("RO"),
         "{info}"
     );
-    for (command, arity) in [("dlock.fair", -4), ("dlock.release", 3), ("dlock.renew", 4)] {
+    for (command, arity) in [
+        ("dlock.fair", -4),
+        ("dlock.release", -3),
+        ("dlock.renew", 4),
+    ] {
         let writer = text(&cmd(&mut conn, &["COMMAND", "INFO", command]).unwrap());
         assert!(
             writer.starts_with(&format!("{command} {arity} ")),

@@ -1255,7 +1255,7 @@ fn info_reports_waiting_and_the_queue_head_first() {
     let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["owner", "holds", "token", "pttl", "waiting", "queue"]
+        ["owner", "holds", "token", "pttl", "waiting", "queue", "shared", "holders"]
     );
     assert_eq!(queue(&mut resp3, "job"), strings(&["B", "C", "D", "E"]));
 

@@ -1,34 +1,52 @@
-//! `DLOCK.ACQUIRE key owner ttl [BLOCK timeout] [SESSION]`
+//! `DLOCK.ACQUIRE key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]`
 //!
-//! Takes the lock for `owner` with a lease of `ttl` milliseconds.
+//! Takes the lock for `owner` with a lease of `ttl` milliseconds, exclusively
+//! or (with `SHARED`) beside other shared holders.
 //!
 //! * `owner`: 1 to 512 bytes naming the holder, or `*` for a server-generated
 //!   UUID v4 (returned in the reply).
 //! * `ttl`: a positive integer below 2^53.
+//! * `SHARED`: a shared hold (a read lock, a semaphore permit). Without it the
+//!   hold is exclusive: it excludes every other owner in either mode.
+//! * `LIMIT n` (with `SHARED` only; 1 <= n < 2^32): compatible only if at most
+//!   `n` distinct owners, the caller included, would then hold the lock
+//!   shared (a semaphore of `n` permits). Without it there is no bound.
 //! * `BLOCK timeout`: when the lock is not granted at once, wait in the
 //!   lock's FIFO queue for up to `timeout` ms (0: forever). Ignored inside
 //!   MULTI/EXEC, scripts and functions, where one immediate attempt is made.
 //! * `SESSION`: tie the hold to this connection: closing it releases the
-//!   lock (all holds).
+//!   owner's holds (both modes).
 //!
-//! The lock is granted only to the head of its queue, or to anyone when the
-//! queue is empty; the current holder re-enters at once (holds + 1, lease
-//! reset, same token). A new hold gets a new fencing token.
+//! Options come in any order. A new hold is granted only to the head of the
+//! queue, or to anyone when the queue is empty, and only when compatible
+//! with the current holders. A holder re-enters at once: exclusive after
+//! exclusive, shared after either (even past a waiting writer, whatever its
+//! LIMIT). A holder that holds the lock only shared and asks for an
+//! exclusive hold upgrades: at once when it is the only holder; otherwise
+//! null, or with BLOCK it waits ahead of every other waiter, keeping its
+//! shared holds, and only one owner may wait so per lock.
+//!
+//! Tokens: an owner's hold has one token, new when the owner goes from no
+//! hold to a hold and when it goes from no exclusive hold to an exclusive
+//! one; other acquires keep it. Any grant resets the owner's lease.
 //!
 //! Replies: `[token, holds, owner]` on a grant (at once or when a blocked
-//! wait ends with the lock); null when not granted (nothing changes) or when
-//! the BLOCK timeout passes.
+//! wait ends with the lock), `holds` being the owner's count in the mode
+//! granted; null when not granted (nothing changes) or when the BLOCK
+//! timeout passes.
 //!
 //! Errors: arity, `ERR invalid ttl`, `ERR invalid owner`, `ERR invalid
-//! timeout`, `ERR syntax error` (unknown or repeated option), `WRONGTYPE`.
+//! timeout`, `ERR invalid limit`, `ERR syntax error` (unknown or repeated
+//! option, LIMIT without SHARED), `DEADLOCK` (an upgrade with BLOCK while
+//! another owner's upgrade waits), `WRONGTYPE`.
 
-use super::parser::{is_keyword, parse_timeout, ArgCursor, ArgSource, OwnerArg};
+use super::parser::{is_keyword, parse_limit, parse_timeout, ArgCursor, ArgSource, OwnerArg};
 use super::{CommandError, CommandResult};
 use crate::clock;
-use crate::lock::{Grant, Lock, Request};
-use crate::redis::keyspace::{settle, Changes};
+use crate::lock::{Grant, Lock, Mode, Request, Want};
+use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
-use crate::redis::{scheduler, tokens, waiters, Argv, Ctx, KeyName};
+use crate::redis::{scheduler, waiters, Argv, Ctx, KeyName};
 
 /// Length of a generated owner: a hyphenated UUID.
 const GENERATED_OWNER_LEN: usize = 36;
@@ -38,6 +56,8 @@ const GENERATED_OWNER_LEN: usize = 36;
 pub struct Acquire<'a> {
     pub owner: OwnerArg<'a>,
     pub ttl_ms: u64,
+    /// The mode and LIMIT asked for.
+    pub want: Want,
     /// BLOCK timeout in ms (0: forever).
     pub block_ms: Option<u64>,
     pub session: bool,
@@ -53,7 +73,7 @@ pub enum Fallback {
 }
 
 impl<'a> Acquire<'a> {
-    /// Parses `key owner ttl [BLOCK timeout] [SESSION]` (argv[1..]).
+    /// Parses `key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]` (argv[1..]).
     pub fn parse(args: impl ArgSource<'a>) -> Result<Self, CommandError> {
         if args.count() < 4 {
             return Err(CommandError::WrongArity);
@@ -64,6 +84,7 @@ impl<'a> Acquire<'a> {
         let mut request = Self {
             owner,
             ttl_ms,
+            want: Want::EXCLUSIVE,
             block_ms: None,
             session: false,
         };
@@ -72,9 +93,16 @@ impl<'a> Acquire<'a> {
                 request.block_ms = Some(parse_timeout(cursor.option_value()?)?);
             } else if is_keyword(option, "SESSION") && !request.session {
                 request.session = true;
+            } else if is_keyword(option, "SHARED") && request.want.mode == Mode::Exclusive {
+                request.want.mode = Mode::Shared;
+            } else if is_keyword(option, "LIMIT") && request.want.limit.is_none() {
+                request.want.limit = Some(parse_limit(cursor.option_value()?)?);
             } else {
                 return Err(CommandError::Syntax);
             }
+        }
+        if request.want.limit.is_some() && request.want.mode != Mode::Shared {
+            return Err(CommandError::Syntax);
         }
         Ok(request)
     }
@@ -90,6 +118,7 @@ impl<'a> Acquire<'a> {
             owner,
             ttl_ms: self.ttl_ms,
             session: self.session.then(|| ctx.client_id()),
+            want: self.want,
         };
         let mut key = ctx.open_lock(name, true)?;
         scheduler::adopt_orphans_at(ctx, name, &mut key);
@@ -98,29 +127,29 @@ impl<'a> Acquire<'a> {
             Some(lock) => lock,
             None => key.insert(Lock::new())?,
         };
-        let acquired = lock.acquire(request, now_ms, tokens::issue, waiters::is_waiting);
-        if let Some(grant) = acquired.grant {
+        let mut step = keyspace::step(now_ms);
+        if let Some(grant) = lock.acquire(request, &mut step) {
+            stats::record(ctx, grant_event(grant), name);
             let changes = Changes {
-                hold: true,
+                session: request.session.filter(|_| !grant.reentry),
                 ..Changes::default()
             };
-            let event = if grant.reentry {
-                Event::Reenter
-            } else {
-                Event::Acquire
-            };
-            stats::record(ctx, event, name);
-            settle(ctx, name, &mut key, now_ms, changes, acquired.woken);
+            settle(ctx, name, &mut key, step, changes);
             reply_grant(ctx, grant, owner);
             return Ok(());
         }
         if let Some(timeout_ms) = self.block_ms.filter(|_| ctx.may_block()) {
-            waiters::block(ctx, name, &mut key, request, timeout_ms)?;
+            if lock.upgrade_would_deadlock(owner, now_ms) {
+                stats::count(Event::Deadlock);
+                settle(ctx, name, &mut key, step, Changes::default());
+                return Err(CommandError::Deadlock);
+            }
+            waiters::block(ctx, name, &mut key, request, timeout_ms, now_ms)?;
             let changes = Changes {
                 queue: true,
                 ..Changes::default()
             };
-            settle(ctx, name, &mut key, now_ms, changes, Vec::new());
+            settle(ctx, name, &mut key, step, changes);
             return Ok(());
         }
         let changes = match fallback {
@@ -129,25 +158,36 @@ impl<'a> Acquire<'a> {
             Fallback::Reserve { .. } if self.owner == OwnerArg::Generate => Changes::default(),
             Fallback::Reserve { for_ms } => {
                 let deadline_ms = now_ms.saturating_add(for_ms);
-                if lock.reserve(owner, deadline_ms) {
+                if lock.reserve(owner, self.want, deadline_ms) {
                     stats::record(ctx, Event::Reserve, name);
                     Changes {
-                        reserved: Some((owner, deadline_ms)),
+                        reserved: Some((owner, deadline_ms, self.want)),
                         ..Changes::default()
                     }
                 } else {
-                    // Already waiting in the queue: its place is kept.
+                    // Already waiting in the queue, or holding the lock (an
+                    // upgrade that cannot be granted): nothing to keep.
                     Changes::default()
                 }
             }
         };
-        settle(ctx, name, &mut key, now_ms, changes, Vec::new());
+        settle(ctx, name, &mut key, step, changes);
         ctx.reply_null();
         Ok(())
     }
 }
 
-/// Command entry: `DLOCK.ACQUIRE key owner ttl [BLOCK timeout] [SESSION]`.
+/// The event a grant publishes.
+pub fn grant_event(grant: Grant) -> Event {
+    match (grant.reentry, grant.mode) {
+        (false, Mode::Exclusive) => Event::Acquire,
+        (false, Mode::Shared) => Event::AcquireShared,
+        (true, Mode::Exclusive) => Event::Reenter,
+        (true, Mode::Shared) => Event::ReenterShared,
+    }
+}
+
+/// Command entry: `DLOCK.ACQUIRE key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]`.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     let request = Acquire::parse(args)?;
     let name = args.key(1).ok_or(CommandError::WrongArity)?;
@@ -183,6 +223,7 @@ mod tests {
             Ok(Acquire {
                 owner: OwnerArg::Named(b"me"),
                 ttl_ms: 1000,
+                want: Want::EXCLUSIVE,
                 block_ms: None,
                 session: false,
             })
@@ -190,6 +231,7 @@ mod tests {
         let expected = Ok(Acquire {
             owner: OwnerArg::Generate,
             ttl_ms: 5,
+            want: Want::EXCLUSIVE,
             block_ms: Some(0),
             session: true,
         });
@@ -216,6 +258,55 @@ mod tests {
                 b"0"
             ]),
             expected
+        );
+    }
+
+    #[test]
+    fn parses_shared_and_limit_in_any_order() {
+        let semaphore = Want {
+            mode: Mode::Shared,
+            limit: Some(10),
+        };
+        for args in [
+            &[
+                &b"DLOCK.ACQUIRE"[..],
+                b"k",
+                b"w",
+                b"9",
+                b"SHARED",
+                b"LIMIT",
+                b"10",
+            ][..],
+            &[
+                b"DLOCK.ACQUIRE",
+                b"k",
+                b"w",
+                b"9",
+                b"limit",
+                b"10",
+                b"shared",
+            ],
+        ] {
+            assert_eq!(parse(args).map(|a| a.want), Ok(semaphore));
+        }
+        let read: &[&[u8]] = &[
+            b"DLOCK.ACQUIRE",
+            b"k",
+            b"w",
+            b"9",
+            b"SHARED",
+            b"BLOCK",
+            b"5",
+        ];
+        assert_eq!(
+            parse(read).map(|a| (a.want, a.block_ms)),
+            Ok((
+                Want {
+                    mode: Mode::Shared,
+                    limit: None
+                },
+                Some(5)
+            ))
         );
     }
 
@@ -262,6 +353,56 @@ mod tests {
             ),
             (
                 &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"SESSION", b"SESSION"],
+                CommandError::Syntax,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"LIMIT", b"3"],
+                CommandError::Syntax,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"SHARED", b"SHARED"],
+                CommandError::Syntax,
+            ),
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"SHARED", b"LIMIT"],
+                CommandError::Syntax,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"LIMIT",
+                    b"0",
+                ],
+                CommandError::InvalidLimit,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"LIMIT",
+                    b"4294967296",
+                ],
+                CommandError::InvalidLimit,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"LIMIT",
+                    b"2",
+                    b"LIMIT",
+                    b"2",
+                ],
                 CommandError::Syntax,
             ),
         ];

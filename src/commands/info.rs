@@ -4,12 +4,16 @@
 //!
 //! Replies: null when the key does not exist; otherwise field/value pairs (a
 //! map in RESP3, a flat array in RESP2):
-//! * `owner`: bulk string, or null when not held;
-//! * `holds`: integer re-entry count, 0 when not held;
-//! * `token`: integer fencing token of the current hold, 0 when not held;
-//! * `pttl`: integer milliseconds left on the lease, -1 when not held;
+//! * `owner`: the exclusive holder (bulk string), or null when nobody holds
+//!   the lock exclusively;
+//! * `holds`: its exclusive re-entry count, 0 when nobody holds it exclusively;
+//! * `token`: its fencing token, 0 when nobody holds it exclusively;
+//! * `pttl`: milliseconds left on its lease, -1 when nobody holds it exclusively;
 //! * `waiting`: integer queue length: blocked waiters plus live reservations;
-//! * `queue`: array of the queued owners, head first.
+//! * `queue`: array of the queued owners, head first;
+//! * `shared`: the number of owners holding the lock shared;
+//! * `holders`: one entry per owner holding the lock in any mode, in the
+//!   order their holds began: `[owner, exclusive holds, shared holds, token, pttl]`.
 //!
 //! On a latch: see [`super::latch::reply_info`].
 //!
@@ -36,15 +40,15 @@ pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
         return Ok(());
     };
     let now_ms = clock::now_ms();
-    let hold = lock.live_hold(now_ms);
-    ctx.reply_map(6);
+    let hold = lock.exclusive_holder(now_ms);
+    ctx.reply_map(8);
     ctx.reply_bulk(b"owner");
     match hold {
         Some(hold) => ctx.reply_bulk(&hold.owner),
         None => ctx.reply_null(),
     }
     ctx.reply_bulk(b"holds");
-    ctx.reply_count(hold.map_or(0, |hold| hold.holds));
+    ctx.reply_count(hold.map_or(0, |hold| hold.exclusive));
     ctx.reply_bulk(b"token");
     ctx.reply_count(hold.map_or(0, |hold| hold.token));
     ctx.reply_bulk(b"pttl");
@@ -59,6 +63,18 @@ pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     ctx.reply_array(waiting);
     for entry in lock.queue().live_entries(now_ms) {
         ctx.reply_bulk(&entry.owner);
+    }
+    ctx.reply_bulk(b"shared");
+    ctx.reply_count(lock.shared_owners(now_ms) as u64);
+    ctx.reply_bulk(b"holders");
+    ctx.reply_array(lock.live_holders(now_ms).count());
+    for hold in lock.live_holders(now_ms) {
+        ctx.reply_array(5);
+        ctx.reply_bulk(&hold.owner);
+        ctx.reply_count(hold.exclusive);
+        ctx.reply_count(hold.shared);
+        ctx.reply_count(hold.token);
+        ctx.reply_count(hold.remaining_ms(now_ms));
     }
     Ok(())
 }

@@ -34,6 +34,10 @@ pub enum CommandError {
     InvalidOwner,
     /// BLOCK with a negative or non-integer timeout.
     InvalidTimeout,
+    /// LIMIT outside 1..2^32.
+    InvalidLimit,
+    /// A second owner asked to wait for an upgrade while one already waits.
+    Deadlock,
     /// A numeric field of the internal replication command is out of range.
     InvalidState,
     /// The caller does not hold the lock.
@@ -70,6 +74,12 @@ impl CommandError {
             }
             CommandError::InvalidTimeout => {
                 c"ERR invalid timeout: BLOCK takes a non-negative integer of milliseconds (0 waits forever)"
+            }
+            CommandError::InvalidLimit => {
+                c"ERR invalid limit: LIMIT takes an integer from 1 to 4294967295"
+            }
+            CommandError::Deadlock => {
+                c"DEADLOCK another owner already waits to upgrade its shared hold on this lock; each would wait for the other"
             }
             CommandError::InvalidState => c"ERR invalid lock state",
             CommandError::NotOwner => {

@@ -114,6 +114,14 @@ pub fn parse_timeout(timeout: &[u8]) -> Result<u64, CommandError> {
     }
 }
 
+/// Validates a LIMIT: an integer in 1..2^32.
+pub fn parse_limit(limit: &[u8]) -> Result<u32, CommandError> {
+    parse_i64(limit)
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n >= 1)
+        .ok_or(CommandError::InvalidLimit)
+}
+
 /// Parses a decimal integer with Redis's strictness: an optional `-`, digits,
 /// no leading zeros, no spaces, no `+`, no overflow.
 pub fn parse_i64(text: &[u8]) -> Option<i64> {
@@ -183,6 +191,15 @@ mod tests {
         assert_eq!(parse_ttl(b"9007199254740991"), Ok((1 << 53) - 1));
         for bad in [&b"0"[..], b"-1", b"9007199254740992", b"1.0", b"x", b""] {
             assert_eq!(parse_ttl(bad), Err(CommandError::InvalidTtl));
+        }
+    }
+
+    #[test]
+    fn limit_is_one_to_two_to_the_32_minus_one() {
+        assert_eq!(parse_limit(b"1"), Ok(1));
+        assert_eq!(parse_limit(b"4294967295"), Ok(u32::MAX));
+        for bad in [&b"0"[..], b"-1", b"4294967296", b"1.5", b"", b"01"] {
+            assert_eq!(parse_limit(bad), Err(CommandError::InvalidLimit));
         }
     }
 

@@ -1,19 +1,23 @@
-//! `DLOCK.RELEASE key owner`
+//! `DLOCK.RELEASE key owner [SHARED]`
 //!
-//! Gives up one hold of `owner`.
+//! Gives up one hold of `owner`: an exclusive one, or with `SHARED` a shared
+//! one.
 //!
-//! Replies: the holds left as an integer; 0 means the lock is released: it
-//! is handed at once to the head of the queue if a blocked waiter heads it,
-//! and the key is deleted if nobody is queued.
+//! Replies: the owner's holds left in both modes together, as an integer; 0
+//! means the owner holds nothing any more. Whenever the lock changes, the
+//! head of the queue is granted if compatible, then the following shared
+//! waiters while compatible (a downgrade, exclusive then shared then this
+//! release of the exclusive hold, lets queued readers in at once); the key
+//! is deleted when nobody holds or waits.
 //!
-//! Errors: `NOTOWNER` when the lock is free, expired or held by another owner
-//! (nothing changes), arity, `ERR invalid owner`, `ERR syntax error`,
-//! `WRONGTYPE`.
+//! Errors: `NOTOWNER` when the owner has no live hold of that mode (nothing
+//! changes), arity, `ERR invalid owner`, `ERR syntax error`, `WRONGTYPE`.
 
-use super::parser::{parse_owner, ArgCursor, ArgSource};
+use super::parser::{is_keyword, parse_owner, ArgCursor, ArgSource};
 use super::{CommandError, CommandResult};
 use crate::clock;
-use crate::redis::keyspace::{settle, Changes};
+use crate::lock::Mode;
+use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
 use crate::redis::{Argv, Ctx, KeyName};
 
@@ -21,6 +25,7 @@ use crate::redis::{Argv, Ctx, KeyName};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Release<'a> {
     pub owner: &'a [u8],
+    pub mode: Mode,
 }
 
 impl<'a> Release<'a> {
@@ -31,29 +36,37 @@ impl<'a> Release<'a> {
         let mut cursor = ArgCursor::starting_at(args, 2);
         let owner = cursor.required()?;
         parse_owner(owner)?;
+        let mode = match cursor.next_arg() {
+            None => Mode::Exclusive,
+            Some(option) if is_keyword(option, "SHARED") => Mode::Shared,
+            Some(_) => return Err(CommandError::Syntax),
+        };
         cursor.finish()?;
-        Ok(Self { owner })
+        Ok(Self { owner, mode })
     }
 
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
         let mut key = ctx.open_lock(name, true)?;
         let now_ms = clock::now_ms();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
-        let remaining = lock
-            .release(self.owner, now_ms)
-            .map_err(|_| CommandError::NotOwner)?;
-        let changes = Changes {
-            hold: true,
-            ..Changes::default()
-        };
-        stats::record(ctx, Event::Release, name);
-        settle(ctx, name, &mut key, now_ms, changes, Vec::new());
+        let mut step = keyspace::step(now_ms);
+        let released = lock.release(self.owner, self.mode, &mut step);
+        if let Ok(_remaining) = released {
+            let event = match self.mode {
+                Mode::Exclusive => Event::Release,
+                Mode::Shared => Event::ReleaseShared,
+            };
+            stats::record(ctx, event, name);
+        }
+        // Settled either way: holders whose lease ended were dropped.
+        settle(ctx, name, &mut key, step, Changes::default());
+        let remaining = released.map_err(|_| CommandError::NotOwner)?;
         ctx.reply_count(remaining);
         Ok(())
     }
 }
 
-/// Command entry: `DLOCK.RELEASE key owner`.
+/// Command entry: `DLOCK.RELEASE key owner [SHARED]`.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     let request = Release::parse(args)?;
     let name = args.key(1).ok_or(CommandError::WrongArity)?;
@@ -65,13 +78,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_exactly_one_owner() {
+    fn parses_one_owner_and_an_optional_shared() {
         let ok: &[&[u8]] = &[b"DLOCK.RELEASE", b"k", b"me"];
-        assert_eq!(Release::parse(ok), Ok(Release { owner: b"me" }));
+        assert_eq!(
+            Release::parse(ok),
+            Ok(Release {
+                owner: b"me",
+                mode: Mode::Exclusive
+            })
+        );
+        let shared: &[&[u8]] = &[b"DLOCK.RELEASE", b"k", b"me", b"shared"];
+        assert_eq!(
+            Release::parse(shared),
+            Ok(Release {
+                owner: b"me",
+                mode: Mode::Shared
+            })
+        );
         let short: &[&[u8]] = &[b"DLOCK.RELEASE", b"k"];
         assert_eq!(Release::parse(short), Err(CommandError::WrongArity));
         let long: &[&[u8]] = &[b"DLOCK.RELEASE", b"k", b"me", b"x"];
         assert_eq!(Release::parse(long), Err(CommandError::Syntax));
+        let twice: &[&[u8]] = &[b"DLOCK.RELEASE", b"k", b"me", b"SHARED", b"SHARED"];
+        assert_eq!(Release::parse(twice), Err(CommandError::Syntax));
         let empty: &[&[u8]] = &[b"DLOCK.RELEASE", b"k", b""];
         assert_eq!(Release::parse(empty), Err(CommandError::InvalidOwner));
     }

@@ -1,18 +1,18 @@
 //! `DLOCK.RENEW key owner ttl`
 //!
-//! Resets the lease of `owner`'s hold to `ttl` milliseconds from now; the
-//! hold count is unchanged.
+//! Resets the lease of `owner`'s hold (in whichever modes it holds the lock)
+//! to `ttl` milliseconds from now; the hold counts are unchanged.
 //!
 //! Replies: the hold's fencing token as an integer.
 //!
-//! Errors: `NOTOWNER` when the lock is free, expired or held by another owner
+//! Errors: `NOTOWNER` when the owner holds no live hold in either mode
 //! (nothing changes), arity, `ERR invalid ttl`, `ERR invalid owner`,
 //! `ERR syntax error`, `WRONGTYPE`.
 
 use super::parser::{parse_owner, ArgCursor, ArgSource};
 use super::{CommandError, CommandResult};
 use crate::clock;
-use crate::redis::keyspace::{settle, Changes};
+use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
 use crate::redis::{Argv, Ctx, KeyName};
 
@@ -40,15 +40,14 @@ impl<'a> Renew<'a> {
         let mut key = ctx.open_lock(name, true)?;
         let now_ms = clock::now_ms();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
-        let token = lock
-            .renew(self.owner, self.ttl_ms, now_ms)
-            .map_err(|_| CommandError::NotOwner)?;
-        let changes = Changes {
-            hold: true,
-            ..Changes::default()
-        };
-        stats::record(ctx, Event::Renew, name);
-        settle(ctx, name, &mut key, now_ms, changes, Vec::new());
+        let mut step = keyspace::step(now_ms);
+        let renewed = lock.renew(self.owner, self.ttl_ms, &mut step);
+        if renewed.is_ok() {
+            stats::record(ctx, Event::Renew, name);
+        }
+        // Settled either way: holders whose lease ended were dropped.
+        settle(ctx, name, &mut key, step, Changes::default());
+        let token = renewed.map_err(|_| CommandError::NotOwner)?;
         ctx.reply_count(token);
         Ok(())
     }

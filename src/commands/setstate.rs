@@ -1,21 +1,28 @@
-//! `DLOCK.SETSTATE key HOLD owner holds token deadline`
+//! `DLOCK.SETSTATE key HOLD owner exclusive token deadline [SHARED shared]`
+//! `DLOCK.SETSTATE key HOLDER owner exclusive token deadline [SHARED shared]`
+//! `DLOCK.SETSTATE key DROP owner`
 //! `DLOCK.SETSTATE key FREE`
-//! `DLOCK.SETSTATE key RESERVE owner deadline` (internal)
+//! `DLOCK.SETSTATE key RESERVE owner deadline [SHARED limit]` (internal)
 //!
 //! The deterministic effects of lock changes, as the replication stream and
 //! the AOF carry them (absolute deadlines in ms since the epoch, explicit
 //! tokens and owners, never a value that depends on time or randomness):
 //!
-//! * `HOLD`: the lock is held by `owner` with `holds` re-entries under fencing
-//!   token `token` until `deadline`. A token other than the current hold's is
-//!   a new hold, which fulfils that owner's reservations (as on the master).
-//!   The server's token counter rises to at least `token`, so a promoted
-//!   replica keeps issuing larger tokens.
-//! * `FREE`: the hold ended; the queued reservations stay.
+//! * `HOLD`: `owner` is the only holder, with `exclusive` exclusive and
+//!   `shared` shared holds (0 when absent; together at least 1) under fencing
+//!   token `token` until `deadline`; every other hold ends.
+//! * `HOLDER`: the same for one owner beside other holders, whose holds stay.
+//!   For both, a token other than the owner's current one is a new hold (or
+//!   an upgrade), which fulfils that owner's reservations (as on the
+//!   master). The server's token counter rises to at least `token`, so a
+//!   promoted replica keeps issuing larger tokens.
+//! * `DROP`: `owner`'s holds ended; the other holders and the queue stay.
+//! * `FREE`: every hold ended; the queued reservations stay.
 //! * `RESERVE`: `owner` keeps a place in the queue until `deadline` (a new
-//!   place at the tail, or its existing place refreshed).
+//!   place at the tail, or its existing place refreshed), for an exclusive
+//!   hold, or with `SHARED limit` for a shared one (limit 0: no LIMIT).
 //!
-//! After each, the key expires at the latest of the lease and the
+//! After each, the key expires at the latest of the leases and the
 //! reservation deadlines. Blocked waiters are connection state and are never
 //! carried. Accepted only from a master's replication stream or while
 //! loading the AOF: a client could otherwise forge a hold.
@@ -25,7 +32,8 @@
 
 use super::parser::{is_keyword, parse_i64, ArgCursor, ArgSource};
 use super::{CommandError, CommandResult};
-use crate::lock::{Hold, Lock, MAX_OWNER_LEN, MAX_TOKEN};
+use crate::lock::codec::valid_hold;
+use crate::lock::{Lock, Mode, Want, MAX_OWNER_LEN, MAX_TOKEN};
 use crate::redis::{tokens, Argv, Ctx, KeyName};
 
 /// A parsed DLOCK.SETSTATE.
@@ -33,14 +41,21 @@ use crate::redis::{tokens, Argv, Ctx, KeyName};
 pub enum SetState<'a> {
     Hold {
         owner: &'a [u8],
-        holds: u64,
+        exclusive: u64,
+        shared: u64,
         token: u64,
         deadline_ms: u64,
+        /// `HOLD`: the only holder; `HOLDER`: one of several.
+        only_holder: bool,
+    },
+    Drop {
+        owner: &'a [u8],
     },
     Free,
     Reserve {
         owner: &'a [u8],
         deadline_ms: u64,
+        want: Want,
     },
 }
 
@@ -51,19 +66,54 @@ impl<'a> SetState<'a> {
         }
         let mut cursor = ArgCursor::starting_at(args, 2);
         let operation = cursor.required()?;
-        let state = if is_keyword(operation, "HOLD") {
+        let only_holder = is_keyword(operation, "HOLD");
+        let state = if only_holder || is_keyword(operation, "HOLDER") {
+            let owner = stored_owner(cursor.required()?)?;
+            let exclusive = number(cursor.required()?, 0, u64::MAX)?;
+            let token = number(cursor.required()?, 1, MAX_TOKEN)?;
+            let deadline_ms = number(cursor.required()?, 0, MAX_TOKEN)?;
+            let shared = match cursor.next_arg() {
+                None => 0,
+                Some(option) if is_keyword(option, "SHARED") => {
+                    number(cursor.option_value()?, 1, u64::MAX)?
+                }
+                Some(_) => return Err(CommandError::Syntax),
+            };
+            if exclusive == 0 && shared == 0 {
+                return Err(CommandError::InvalidState);
+            }
             SetState::Hold {
+                owner,
+                exclusive,
+                shared,
+                token,
+                deadline_ms,
+                only_holder,
+            }
+        } else if is_keyword(operation, "DROP") {
+            SetState::Drop {
                 owner: stored_owner(cursor.required()?)?,
-                holds: number(cursor.required()?, 1, u64::MAX)?,
-                token: number(cursor.required()?, 1, MAX_TOKEN)?,
-                deadline_ms: number(cursor.required()?, 0, MAX_TOKEN)?,
             }
         } else if is_keyword(operation, "FREE") {
             SetState::Free
         } else if is_keyword(operation, "RESERVE") {
+            let owner = stored_owner(cursor.required()?)?;
+            let deadline_ms = number(cursor.required()?, 0, MAX_TOKEN)?;
+            let want = match cursor.next_arg() {
+                None => Want::EXCLUSIVE,
+                Some(option) if is_keyword(option, "SHARED") => {
+                    let limit = number(cursor.option_value()?, 0, u64::from(u32::MAX))?;
+                    Want {
+                        mode: Mode::Shared,
+                        limit: u32::try_from(limit).ok().filter(|limit| *limit > 0),
+                    }
+                }
+                Some(_) => return Err(CommandError::Syntax),
+            };
             SetState::Reserve {
-                owner: stored_owner(cursor.required()?)?,
-                deadline_ms: number(cursor.required()?, 0, MAX_TOKEN)?,
+                owner,
+                deadline_ms,
+                want,
             }
         } else {
             return Err(CommandError::Syntax);
@@ -81,23 +131,24 @@ impl<'a> SetState<'a> {
         match self {
             SetState::Hold {
                 owner,
-                holds,
+                exclusive,
+                shared,
                 token,
                 deadline_ms,
+                only_holder,
             } => {
-                lock.apply_hold(Hold {
-                    owner: owner.into(),
-                    holds,
-                    token,
-                    deadline_ms,
-                    session: None,
-                });
+                let hold = valid_hold(owner.into(), exclusive, shared, token, deadline_ms)
+                    .ok_or(CommandError::InvalidState)?;
+                lock.apply_hold(hold, only_holder);
                 tokens::observe(token);
             }
+            SetState::Drop { owner } => lock.apply_drop(owner),
             SetState::Free => lock.apply_free(),
-            SetState::Reserve { owner, deadline_ms } => {
-                lock.reserve(owner, deadline_ms);
-            }
+            SetState::Reserve {
+                owner,
+                deadline_ms,
+                want,
+            } => lock.restore_reservation(owner, want, deadline_ms),
         }
         match lock.persisted_expire() {
             Some(deadline_ms) => key.set_deadline(deadline_ms),
@@ -123,7 +174,7 @@ fn number(text: &[u8], min: u64, max: u64) -> Result<u64, CommandError> {
         .ok_or(CommandError::InvalidState)
 }
 
-/// Command entry: `DLOCK.SETSTATE key HOLD|FREE|RESERVE ...`.
+/// Command entry: `DLOCK.SETSTATE key HOLD|HOLDER|DROP|FREE|RESERVE ...`.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     if !ctx.is_replicated_or_loading() {
         return Err(CommandError::InternalCommand);
@@ -152,9 +203,11 @@ mod tests {
             SetState::parse(hold),
             Ok(SetState::Hold {
                 owner: b"o",
-                holds: 2,
+                exclusive: 2,
+                shared: 0,
                 token: 9,
-                deadline_ms: 1_700_000_000_000
+                deadline_ms: 1_700_000_000_000,
+                only_holder: true,
             })
         );
         let free: &[&[u8]] = &[b"DLOCK.SETSTATE", b"k", b"free"];
@@ -164,7 +217,52 @@ mod tests {
             SetState::parse(reserve),
             Ok(SetState::Reserve {
                 owner: b"o",
-                deadline_ms: 5
+                deadline_ms: 5,
+                want: Want::EXCLUSIVE,
+            })
+        );
+        let holder: &[&[u8]] = &[
+            b"DLOCK.SETSTATE",
+            b"k",
+            b"HOLDER",
+            b"o",
+            b"0",
+            b"9",
+            b"5",
+            b"SHARED",
+            b"3",
+        ];
+        assert_eq!(
+            SetState::parse(holder),
+            Ok(SetState::Hold {
+                owner: b"o",
+                exclusive: 0,
+                shared: 3,
+                token: 9,
+                deadline_ms: 5,
+                only_holder: false,
+            })
+        );
+        let drop: &[&[u8]] = &[b"DLOCK.SETSTATE", b"k", b"DROP", b"o"];
+        assert_eq!(SetState::parse(drop), Ok(SetState::Drop { owner: b"o" }));
+        let shared_reserve: &[&[u8]] = &[
+            b"DLOCK.SETSTATE",
+            b"k",
+            b"RESERVE",
+            b"o",
+            b"5",
+            b"SHARED",
+            b"0",
+        ];
+        assert_eq!(
+            SetState::parse(shared_reserve),
+            Ok(SetState::Reserve {
+                owner: b"o",
+                deadline_ms: 5,
+                want: Want {
+                    mode: Mode::Shared,
+                    limit: None
+                },
             })
         );
     }

@@ -1,22 +1,38 @@
-//! The persisted form of a lock (RDB encoding version 1), over a small
-//! reader/writer pair so that the same decoder runs on Redis's RDB I/O, in
-//! unit tests and under the fuzzer.
+//! The persisted form of a lock, over a small reader/writer pair so that the
+//! same decoder runs on Redis's RDB I/O, in unit tests and under the fuzzer.
+//!
+//! Encoding version 2 (written):
+//!
+//! ```text
+//! unsigned  number of holders, then for each, in the order its hold began:
+//!           buffer   owner (1..=512 bytes)
+//!           unsigned exclusive holds
+//!           unsigned shared holds (exclusive + shared >= 1)
+//!           unsigned token (1..=i64::MAX)
+//!           unsigned lease deadline, ms since the epoch (<= i64::MAX)
+//! unsigned  number of FAIR reservations, then for each, in queue order:
+//!           buffer   owner
+//!           unsigned deadline
+//!           unsigned mode (0 exclusive, 1 shared)
+//!           unsigned LIMIT (0: none; else < 2^32)
+//! ```
+//!
+//! Version 1 (read only; the exclusive lock before shared holds):
 //!
 //! ```text
 //! unsigned  1 if a hold follows, 0 if not
-//! [buffer   owner (1..=512 bytes)
-//!  unsigned holds (>= 1)
-//!  unsigned token (1..=i64::MAX)
-//!  unsigned lease deadline, ms since the epoch (<= i64::MAX)]
-//! unsigned  number of FAIR reservations, then that many
-//!           (buffer owner, unsigned deadline) pairs, in queue order
+//! [buffer   owner, unsigned holds (>= 1), unsigned token, unsigned deadline]
+//! unsigned  number of FAIR reservations, then (buffer owner, unsigned deadline) pairs
 //! ```
 //!
 //! Blocked waiters and SESSION ties are connection state: never written.
 
-use super::{EntryKind, Hold, Lock, MAX_OWNER_LEN, MAX_TOKEN};
+use super::{EntryKind, Hold, Lock, Mode, Want, MAX_OWNER_LEN, MAX_TOKEN};
 
-/// More reservations than this in one value is a corrupt payload.
+/// The encoding version [`encode`] writes.
+pub const VERSION: i32 = 2;
+
+/// More holders or reservations than this in one value is a corrupt payload.
 pub const MAX_STORED_RESERVATIONS: u64 = 1 << 32;
 
 /// Where a lock is read from. `None` means the input ended or failed.
@@ -31,31 +47,36 @@ pub trait Sink {
     fn buffer(&mut self, bytes: &[u8]);
 }
 
-/// Writes the persistent part of `lock`.
+/// Writes the persistent part of `lock` (version 2).
 pub fn encode(lock: &Lock, sink: &mut impl Sink) {
-    match lock.stored_hold() {
-        Some(hold) => {
-            sink.unsigned(1);
-            sink.buffer(&hold.owner);
-            sink.unsigned(hold.holds);
-            sink.unsigned(hold.token);
-            sink.unsigned(hold.deadline_ms);
-        }
-        None => sink.unsigned(0),
+    sink.unsigned(lock.holders().len() as u64);
+    for hold in lock.holders().iter() {
+        sink.buffer(&hold.owner);
+        sink.unsigned(hold.exclusive);
+        sink.unsigned(hold.shared);
+        sink.unsigned(hold.token);
+        sink.unsigned(hold.deadline_ms);
     }
     sink.unsigned(lock.queue().reservation_count() as u64);
-    for (owner, deadline_ms) in reservations(lock) {
+    for (owner, deadline_ms, want) in reservations(lock) {
         sink.buffer(owner);
         sink.unsigned(deadline_ms);
+        sink.unsigned(match want.mode {
+            Mode::Exclusive => 0,
+            Mode::Shared => 1,
+        });
+        sink.unsigned(want.limit.map_or(0, u64::from));
     }
 }
 
-/// The reservations of a lock in queue order: (owner, deadline).
-pub fn reservations(lock: &Lock) -> impl Iterator<Item = (&[u8], u64)> + '_ {
+/// The reservations of a lock in queue order: (owner, deadline, want).
+pub fn reservations(lock: &Lock) -> impl Iterator<Item = (&[u8], u64, Want)> + '_ {
     lock.queue()
         .entries()
         .filter_map(|(_, entry)| match entry.kind {
-            EntryKind::Reservation { deadline_ms } => Some((&*entry.owner, deadline_ms)),
+            EntryKind::Reservation { deadline_ms, want } => {
+                Some((&*entry.owner, deadline_ms, want))
+            }
             EntryKind::Waiter(_) => None,
         })
 }
@@ -64,32 +85,105 @@ fn valid_owner(owner: &[u8]) -> bool {
     !owner.is_empty() && owner.len() <= MAX_OWNER_LEN
 }
 
-/// Reads and validates one lock; `None` for a truncated or corrupt payload.
-pub fn decode(source: &mut impl Source) -> Option<Lock> {
-    let mut lock = match source.unsigned()? {
-        0 => Lock::new(),
+/// A hold's fields as stored; `None` when they are out of range.
+pub fn valid_hold(
+    owner: Box<[u8]>,
+    exclusive: u64,
+    shared: u64,
+    token: u64,
+    deadline_ms: u64,
+) -> Option<Hold> {
+    let valid = valid_owner(&owner)
+        && exclusive
+            .checked_add(shared)
+            .is_some_and(|total| total >= 1)
+        && (1..=MAX_TOKEN).contains(&token)
+        && deadline_ms <= MAX_TOKEN;
+    valid.then_some(Hold {
+        owner,
+        exclusive,
+        shared,
+        token,
+        deadline_ms,
+        session: None,
+    })
+}
+
+/// Reads and validates one lock of encoding `version`; `None` for a
+/// truncated or corrupt payload or an unknown version.
+pub fn decode(source: &mut impl Source, version: i32) -> Option<Lock> {
+    match version {
+        1 => decode_v1(source),
+        VERSION => decode_v2(source),
+        _ => None,
+    }
+}
+
+fn decode_v2(source: &mut impl Source) -> Option<Lock> {
+    let mut lock = Lock::new();
+    let holders = source.unsigned()?;
+    if holders > MAX_STORED_RESERVATIONS {
+        return None;
+    }
+    for _ in 0..holders {
+        let owner = source.buffer()?;
+        let exclusive = source.unsigned()?;
+        let shared = source.unsigned()?;
+        let token = source.unsigned()?;
+        let deadline_ms = source.unsigned()?;
+        let hold = valid_hold(owner, exclusive, shared, token, deadline_ms)?;
+        let duplicate = lock.holders().get(&hold.owner).is_some();
+        let second_exclusive = hold.exclusive > 0 && lock.holders().exclusive_holder().is_some();
+        if duplicate || second_exclusive {
+            return None;
+        }
+        lock.apply_hold(hold, false);
+    }
+    if lock.holders().exclusive_holder().is_some() && lock.holders().len() > 1 {
+        // An exclusive holder beside other owners can never have been granted.
+        return None;
+    }
+    let count = source.unsigned()?;
+    if count > MAX_STORED_RESERVATIONS {
+        return None;
+    }
+    for _ in 0..count {
+        let owner = source.buffer()?;
+        let deadline_ms = source.unsigned()?;
+        let mode = match source.unsigned()? {
+            0 => Mode::Exclusive,
+            1 => Mode::Shared,
+            _ => return None,
+        };
+        let limit = match source.unsigned()? {
+            0 => None,
+            limit => Some(u32::try_from(limit).ok()?),
+        };
+        if !valid_owner(&owner)
+            || deadline_ms > MAX_TOKEN
+            || (limit.is_some() && mode != Mode::Shared)
+        {
+            return None;
+        }
+        lock.restore_reservation(&owner, Want { mode, limit }, deadline_ms);
+    }
+    Some(lock)
+}
+
+fn decode_v1(source: &mut impl Source) -> Option<Lock> {
+    let mut lock = Lock::new();
+    match source.unsigned()? {
+        0 => {}
         1 => {
             let owner = source.buffer()?;
             let holds = source.unsigned()?;
             let token = source.unsigned()?;
             let deadline_ms = source.unsigned()?;
-            let valid = valid_owner(&owner)
-                && holds >= 1
-                && (1..=MAX_TOKEN).contains(&token)
-                && deadline_ms <= MAX_TOKEN;
-            if !valid {
-                return None;
-            }
-            Lock::with_hold(Hold {
-                owner,
-                holds,
-                token,
-                deadline_ms,
-                session: None,
-            })
+            let hold = valid_hold(owner, holds, 0, token, deadline_ms)?;
+            lock.apply_hold(hold, true);
         }
         _ => return None,
-    };
+    }
     let count = source.unsigned()?;
     if count > MAX_STORED_RESERVATIONS {
         return None;
@@ -100,7 +194,7 @@ pub fn decode(source: &mut impl Source) -> Option<Lock> {
         if !valid_owner(&owner) || deadline_ms > MAX_TOKEN {
             return None;
         }
-        lock.reserve(&owner, deadline_ms);
+        lock.restore_reservation(&owner, Want::EXCLUSIVE, deadline_ms);
     }
     Some(lock)
 }
@@ -151,25 +245,43 @@ impl Sink for VecSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::{Request, Waiter};
+    use crate::lock::{Request, Step, Waiter};
     use proptest::prelude::*;
 
     fn sample() -> Lock {
         let mut lock = Lock::new();
-        let request = Request {
-            owner: b"holder",
-            ttl_ms: 100,
-            session: Some(7),
+        let tokens = std::cell::Cell::new(41);
+        let next = || {
+            tokens.set(tokens.get() + 1);
+            tokens.get()
         };
-        lock.acquire(request, 1_000, || 42, |_| true);
-        lock.reserve(b"r1", 5_000);
+        let present = |_| true;
+        let mut step = Step::new(1_000, &next, &present);
+        for (owner, session) in [(&b"holder"[..], Some(7)), (b"reader", None)] {
+            let request = Request {
+                owner,
+                ttl_ms: 100,
+                session,
+                want: Want {
+                    mode: Mode::Shared,
+                    limit: None,
+                },
+            };
+            lock.acquire(request, &mut step);
+        }
+        lock.reserve(b"r1", Want::EXCLUSIVE, 5_000);
         let waiter = Waiter {
             id: 1,
             ttl_ms: 10,
             session: None,
+            want: Want::EXCLUSIVE,
         };
-        lock.enqueue_waiter(b"blocked", waiter);
-        lock.reserve(b"r2", 6_000);
+        lock.enqueue_waiter(b"blocked", waiter, 1_000).unwrap();
+        let shared = Want {
+            mode: Mode::Shared,
+            limit: Some(3),
+        };
+        lock.reserve(b"r2", shared, 6_000);
         lock
     }
 
@@ -178,12 +290,48 @@ mod tests {
         let lock = sample();
         let mut sink = VecSink::default();
         encode(&lock, &mut sink);
-        let decoded = decode(&mut SliceSource { bytes: &sink.bytes }).unwrap();
+        let decoded = decode(&mut SliceSource { bytes: &sink.bytes }, VERSION).unwrap();
         assert_eq!(decoded, lock.persistent_copy());
         assert_eq!(decoded.queue().waiter_count(), 0);
-        assert_eq!(decoded.stored_hold().unwrap().session, None);
-        let owners: Vec<&[u8]> = reservations(&decoded).map(|(owner, _)| owner).collect();
-        assert_eq!(owners, vec![&b"r1"[..], b"r2"]);
+        assert_eq!(decoded.holders().len(), 2);
+        assert!(decoded.holders().iter().all(|hold| hold.session.is_none()));
+        let reserved: Vec<(&[u8], Want)> = reservations(&decoded)
+            .map(|(owner, _, want)| (owner, want))
+            .collect();
+        assert_eq!(
+            reserved,
+            vec![
+                (&b"r1"[..], Want::EXCLUSIVE),
+                (
+                    &b"r2"[..],
+                    Want {
+                        mode: Mode::Shared,
+                        limit: Some(3)
+                    }
+                )
+            ]
+        );
+    }
+
+    #[test]
+    fn version_one_payloads_still_load() {
+        let mut sink = VecSink::default();
+        sink.unsigned(1);
+        sink.buffer(b"old");
+        sink.unsigned(2);
+        sink.unsigned(9);
+        sink.unsigned(5_000);
+        sink.unsigned(1);
+        sink.buffer(b"r");
+        sink.unsigned(6_000);
+        let lock = decode(&mut SliceSource { bytes: &sink.bytes }, 1).unwrap();
+        let hold = lock.holders().single().unwrap();
+        assert_eq!(
+            (&*hold.owner, hold.exclusive, hold.shared, hold.token),
+            (&b"old"[..], 2, 0, 9)
+        );
+        assert_eq!(reservations(&lock).count(), 1);
+        assert!(decode(&mut SliceSource { bytes: &sink.bytes }, 3).is_none());
     }
 
     #[test]
@@ -192,9 +340,12 @@ mod tests {
         encode(&sample(), &mut sink);
         for len in 0..sink.bytes.len() {
             assert!(
-                decode(&mut SliceSource {
-                    bytes: &sink.bytes[..len]
-                })
+                decode(
+                    &mut SliceSource {
+                        bytes: &sink.bytes[..len]
+                    },
+                    VERSION
+                )
                 .is_none(),
                 "{len}"
             );
@@ -203,10 +354,13 @@ mod tests {
 
     proptest! {
         #[test]
-        fn arbitrary_bytes_never_panic_and_decode_only_valid_locks(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
-            if let Some(lock) = decode(&mut SliceSource { bytes: &bytes }) {
-                if let Some(hold) = lock.stored_hold() {
-                    prop_assert!(hold.holds >= 1 && hold.token >= 1 && !hold.owner.is_empty());
+        fn arbitrary_bytes_never_panic_and_decode_only_valid_locks(bytes in prop::collection::vec(any::<u8>(), 0..256), version in 1i32..=2) {
+            if let Some(lock) = decode(&mut SliceSource { bytes: &bytes }, version) {
+                for hold in lock.holders().iter() {
+                    prop_assert!(hold.exclusive + hold.shared >= 1 && hold.token >= 1 && !hold.owner.is_empty());
+                }
+                if lock.holders().exclusive_holder().is_some() {
+                    prop_assert_eq!(lock.holders().len(), 1);
                 }
             }
         }

@@ -1,5 +1,6 @@
-//! The lock state machine: owner, re-entry count, fencing token and lease
-//! deadline of one lock key. Pure Rust with no Redis in it, so that every rule
+//! The lock state machine: the holders (each with exclusive and shared
+//! re-entry counts, a fencing token and a lease deadline) and the FIFO wait
+//! queue of one lock key. Pure Rust with no Redis in it, so that every rule
 //! is unit- and property-tested; the Redis adapter only stores, persists and
 //! replicates what this module decides.
 //!
@@ -9,11 +10,15 @@
 //! expire time is that deadline: the lock is free once `now > deadline`.
 
 pub mod codec;
+mod holders;
 pub mod latch;
 mod queue;
 mod token;
 
-pub use queue::{stored_reservations, Entry, EntryKind, Queue, Waiter, WaiterId};
+pub use holders::{Hold, Holders};
+pub use queue::{
+    stored_reservations, Entry, EntryKind, Queue, Waiter, WaiterId, Want, UPGRADE_SEQ,
+};
 pub use token::{TokenCounter, MAX_TOKEN};
 
 /// A ttl must be below this (2^53 ms): larger leases would overflow the
@@ -23,39 +28,26 @@ pub const TTL_LIMIT_MS: u64 = 1 << 53;
 /// The longest owner name, in bytes.
 pub const MAX_OWNER_LEN: usize = 512;
 
-/// One hold on a lock: who holds it, how many times, under which token, until when.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hold {
-    pub owner: Box<[u8]>,
-    /// Re-entry count; at least 1 while the hold exists.
-    pub holds: u64,
-    /// The fencing token issued when the hold began; re-entries keep it.
-    pub token: u64,
-    /// Absolute deadline of the lease, in ms since the epoch.
-    pub deadline_ms: u64,
-    /// The connection a SESSION hold is tied to (never persisted).
-    pub session: Option<u64>,
-}
-
-impl Hold {
-    /// Whether the lease still covers `now_ms`.
-    pub fn is_live(&self, now_ms: u64) -> bool {
-        now_ms <= self.deadline_ms
-    }
-
-    /// Milliseconds left on the lease (0 at the deadline itself).
-    pub fn remaining_ms(&self, now_ms: u64) -> u64 {
-        self.deadline_ms.saturating_sub(now_ms)
-    }
+/// How a hold is held: alone, or beside other shared holders.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Excludes every other owner (a mutex, a write lock).
+    #[default]
+    Exclusive,
+    /// Coexists with other shared holders (a read lock, a semaphore permit).
+    Shared,
 }
 
 /// A successful acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant {
     pub token: u64,
+    /// The owner's count in the mode just granted.
     pub holds: u64,
-    /// True for a re-entry by the current holder, false for a new hold.
+    /// True when the owner's token did not change (a re-entry), false for a
+    /// new hold or an upgrade to exclusive.
     pub reentry: bool,
+    pub mode: Mode,
 }
 
 /// A blocked waiter that has been granted the lock and must be woken.
@@ -64,20 +56,19 @@ pub struct WaiterGrant {
     pub waiter: WaiterId,
     pub grant: Grant,
     pub owner: Box<[u8]>,
+    /// The connection its hold is tied to (SESSION), if any.
+    pub session: Option<u64>,
 }
 
-/// The outcome of an immediate acquire attempt.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Acquired {
-    /// The caller's grant, or `None` when the lock is not available to it.
-    pub grant: Option<Grant>,
-    /// Queued entries of the same owner, granted as re-entries.
-    pub woken: Vec<WaiterGrant>,
-}
-
-/// The caller does not hold the lock (it is free, expired, or held by someone else).
+/// The caller does not hold the lock in that mode (it is free, expired, or
+/// held by someone else).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NotOwner;
+
+/// A second owner asked to wait for an upgrade while another upgrade waits:
+/// each would wait for the other's shared hold to end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadlock;
 
 /// A request for the lock, as ACQUIRE and FAIR make it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,17 +77,57 @@ pub struct Request<'a> {
     pub ttl_ms: u64,
     /// The connection to tie the hold to (SESSION), if any.
     pub session: Option<u64>,
+    /// The mode and LIMIT asked for.
+    pub want: Want,
 }
 
-/// The state of one lock key: the hold and the wait queue.
+/// One operation on a lock: its clock, its token source, which blocked
+/// waiters are still there, and what it changed (for the adapter to
+/// replicate, report and wake).
+pub struct Step<'a> {
+    pub now_ms: u64,
+    next_token: &'a dyn Fn() -> u64,
+    present: &'a dyn Fn(WaiterId) -> bool,
+    /// Waiters granted in this step, in grant order.
+    pub woken: Vec<WaiterGrant>,
+    /// Owners whose hold began, changed or ended while the lock had several
+    /// holders (with one holder or none the whole state is replicated).
+    pub touched: Vec<Box<[u8]>>,
+    /// Holds dropped because their lease had ended.
+    pub expired: usize,
+    /// Whether any hold began, changed or ended.
+    pub holds_changed: bool,
+}
+
+impl<'a> Step<'a> {
+    pub fn new(
+        now_ms: u64,
+        next_token: &'a dyn Fn() -> u64,
+        present: &'a dyn Fn(WaiterId) -> bool,
+    ) -> Self {
+        Self {
+            now_ms,
+            next_token,
+            present,
+            woken: Vec::new(),
+            touched: Vec::new(),
+            expired: 0,
+            holds_changed: false,
+        }
+    }
+}
+
+/// The state of one lock key: its holders and its wait queue.
 ///
-/// The rule behind every method: the lock is only ever granted to the head
-/// of the queue, or to anyone when the queue is empty; the current holder
-/// re-enters at once. A blocked waiter never heads the queue of a free lock
-/// once [`Lock::hand_off`] has run.
+/// The rule behind every method: a new hold is only ever granted to the
+/// head of the queue, or to anyone when the queue is empty, and only when it
+/// is compatible with the current holders (an exclusive hold excludes every
+/// other owner; shared holds coexist up to the LIMIT each asks for);
+/// re-entries never queue. Holders whose lease has ended are dropped at the
+/// start of every change.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Lock {
-    hold: Option<Hold>,
+    holders: Holders,
     queue: Queue,
 }
 
@@ -106,22 +137,33 @@ impl Lock {
         Self::default()
     }
 
-    /// A lock restored from storage or replication.
-    pub fn with_hold(hold: Hold) -> Self {
-        Self {
-            hold: Some(hold),
-            queue: Queue::default(),
-        }
+    /// Every stored holder, live or not (for persistence).
+    pub fn holders(&self) -> &Holders {
+        &self.holders
     }
 
-    /// The hold, whether or not its lease has ended (for persistence).
-    pub fn stored_hold(&self) -> Option<&Hold> {
-        self.hold.as_ref()
+    /// Holders whose lease still covers `now_ms`, in the order their holds began.
+    pub fn live_holders(&self, now_ms: u64) -> impl Iterator<Item = &Hold> + '_ {
+        self.holders.iter().filter(move |hold| hold.is_live(now_ms))
     }
 
-    /// The hold whose lease still covers `now_ms`, if any.
-    pub fn live_hold(&self, now_ms: u64) -> Option<&Hold> {
-        self.hold.as_ref().filter(|hold| hold.is_live(now_ms))
+    /// The live hold of `owner`.
+    pub fn live_hold_of(&self, owner: &[u8], now_ms: u64) -> Option<&Hold> {
+        self.holders.get(owner).filter(|hold| hold.is_live(now_ms))
+    }
+
+    /// The live holder of the lock in exclusive mode, if any.
+    pub fn exclusive_holder(&self, now_ms: u64) -> Option<&Hold> {
+        self.holders
+            .exclusive_holder()
+            .filter(|hold| hold.is_live(now_ms))
+    }
+
+    /// Owners holding the lock shared with a live lease.
+    pub fn shared_owners(&self, now_ms: u64) -> usize {
+        self.live_holders(now_ms)
+            .filter(|hold| hold.shared > 0)
+            .count()
     }
 
     /// The wait queue.
@@ -134,17 +176,26 @@ impl Lock {
         self.queue.waiter_count() + self.queue.live_reservation_count(now_ms)
     }
 
+    fn has_live_holder(&self, now_ms: u64) -> bool {
+        self.holders
+            .latest_deadline()
+            .is_some_and(|deadline| deadline >= now_ms)
+    }
+
     /// True when nothing in the lock is live: the key should not exist.
     pub fn is_vacant(&self, now_ms: u64) -> bool {
-        self.live_hold(now_ms).is_none()
+        !self.has_live_holder(now_ms)
             && self.queue.waiter_count() == 0
             && self.queue.live_reservation_count(now_ms) == 0
     }
 
-    /// When the key should expire: the latest of the lease and the live
+    /// When the key should expire: the latest of the leases and the live
     /// reservations. `None` when nothing with a deadline is live.
     pub fn expire_at(&self, now_ms: u64) -> Option<u64> {
-        let lease = self.live_hold(now_ms).map(|hold| hold.deadline_ms);
+        let lease = self
+            .holders
+            .latest_deadline()
+            .filter(|deadline| *deadline >= now_ms);
         let reserved = self
             .queue
             .last_reservation_deadline()
@@ -155,93 +206,221 @@ impl Lock {
     /// The key's expire as derived from the persisted state alone (what a
     /// replica or a loaded file computes, independent of the clock).
     pub fn persisted_expire(&self) -> Option<u64> {
-        let lease = self.hold.as_ref().map(|hold| hold.deadline_ms);
+        let lease = self.holders.latest_deadline();
         lease.max(self.queue.last_reservation_deadline())
     }
 
     /// When a timer must look at this lock again: only locks with blocked
-    /// waiters need one (at the end of the lease, or when the reservation
-    /// heading the queue of a free lock runs out).
+    /// waiters need one (when the earliest lease ends, or when the
+    /// reservation heading the queue runs out; at once when nothing holds
+    /// the lock).
     pub fn wakeup_at(&self, now_ms: u64) -> Option<u64> {
         if self.queue.waiter_count() == 0 {
             return None;
         }
-        if let Some(hold) = self.live_hold(now_ms) {
-            return Some(hold.deadline_ms.saturating_add(1));
-        }
-        match self.queue.head() {
+        let lease_end = self
+            .holders
+            .earliest_deadline()
+            .map(|deadline| deadline.saturating_add(1));
+        let reservation_end = match self.queue.head() {
             Some((
                 _,
                 Entry {
-                    kind: EntryKind::Reservation { deadline_ms },
+                    kind: EntryKind::Reservation { deadline_ms, .. },
                     ..
                 },
             )) => Some(deadline_ms.saturating_add(1)),
-            _ => Some(now_ms),
+            _ => None,
+        };
+        match (lease_end, reservation_end) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (Some(at), None) | (None, Some(at)) => Some(at),
+            (None, None) => Some(now_ms),
         }
+    }
+
+    /// Whether a new hold of `want` (by an owner holding nothing) is
+    /// compatible with the current holders.
+    fn compatible_new(&self, want: Want) -> bool {
+        match want.mode {
+            Mode::Exclusive => self.holders.is_empty(),
+            Mode::Shared => {
+                self.holders.exclusive_holder().is_none()
+                    && want.limit.is_none_or(|limit| {
+                        self.holders.shared_owners() < usize::try_from(limit).unwrap_or(usize::MAX)
+                    })
+            }
+        }
+    }
+
+    /// Whether `owner` may be granted `want` now, queue aside: re-entries
+    /// always, an upgrade when the owner is the only holder, a new hold when
+    /// compatible. Expired holders must have been dropped.
+    fn grantable(&self, owner: &[u8], want: Want) -> bool {
+        match self.holders.get(owner) {
+            Some(hold) => match want.mode {
+                Mode::Shared => true,
+                Mode::Exclusive => hold.exclusive > 0 || self.holders.len() == 1,
+            },
+            None => self.compatible_new(want),
+        }
+    }
+
+    /// Whether the queue lets a new hold of `owner` through: empty, or
+    /// headed by this owner's own reservation.
+    fn queue_open_to(&self, owner: &[u8]) -> bool {
+        match self.queue.head() {
+            None => true,
+            Some((_, entry)) => {
+                *entry.owner == *owner && matches!(entry.kind, EntryKind::Reservation { .. })
+            }
+        }
+    }
+
+    /// Records that `owner`'s hold changed, for replication.
+    fn touch(&self, owner: &[u8], step: &mut Step<'_>) {
+        step.holds_changed = true;
+        if self.holders.is_many() {
+            step.touched.push(owner.into());
+        }
+    }
+
+    /// Drops every holder whose lease ended before now.
+    fn expire_holders(&mut self, step: &mut Step<'_>) {
+        if self
+            .holders
+            .earliest_deadline()
+            .is_none_or(|deadline| deadline >= step.now_ms)
+        {
+            return;
+        }
+        for hold in self.holders.remove_expired(step.now_ms) {
+            step.expired += 1;
+            step.holds_changed = true;
+            if self.holders.is_many() {
+                step.touched.push(hold.owner);
+            }
+        }
+    }
+
+    /// Grants `want` to `owner`, which [`Lock::grantable`] allows: a
+    /// re-entry (same token), an upgrade (new token) or a new hold (new
+    /// token). After a new token the caller runs
+    /// [`Lock::absorb_owner_entries`].
+    fn grant(
+        &mut self,
+        owner: &[u8],
+        want: Want,
+        ttl_ms: u64,
+        session: Option<u64>,
+        step: &mut Step<'_>,
+    ) -> Grant {
+        let deadline_ms = step.now_ms.saturating_add(ttl_ms);
+        let was_many = self.holders.is_many();
+        let reentry = self
+            .holders
+            .get(owner)
+            .map(|hold| want.mode == Mode::Shared || hold.exclusive > 0);
+        // An upgrade (exclusive after shared only) excludes everyone under a
+        // new token; any other acquire of a holder keeps its token.
+        let new_token = match reentry {
+            Some(false) => Some((step.next_token)()),
+            _ => None,
+        };
+        let granted = self.holders.update(owner, |hold| {
+            match want.mode {
+                Mode::Exclusive => hold.exclusive = hold.exclusive.saturating_add(1),
+                Mode::Shared => hold.shared = hold.shared.saturating_add(1),
+            }
+            hold.deadline_ms = deadline_ms;
+            if let Some(token) = new_token {
+                hold.token = token;
+            }
+            (hold.count(want.mode), hold.token)
+        });
+        let grant = match granted {
+            Some((holds, token)) => Grant {
+                token,
+                holds,
+                reentry: new_token.is_none(),
+                mode: want.mode,
+            },
+            None => {
+                let token = (step.next_token)();
+                let (exclusive, shared) = match want.mode {
+                    Mode::Exclusive => (1, 0),
+                    Mode::Shared => (0, 1),
+                };
+                self.holders.insert(Hold {
+                    owner: owner.into(),
+                    exclusive,
+                    shared,
+                    token,
+                    deadline_ms,
+                    session: session.and_then(std::num::NonZeroU64::new),
+                });
+                if !was_many && self.holders.is_many() {
+                    // The first holder's state is replicated alongside.
+                    if let Some(first) = self.holders.iter().next() {
+                        step.touched.push(first.owner.clone());
+                    }
+                }
+                Grant {
+                    token,
+                    holds: 1,
+                    reentry: false,
+                    mode: want.mode,
+                }
+            }
+        };
+        self.touch(owner, step);
+        grant
     }
 
     /// An immediate acquire (ACQUIRE, or FAIR before it reserves).
     ///
-    /// The holder re-enters (lease reset, same token). A free lock is granted
-    /// when the queue is empty or headed by this owner's reservation; its
-    /// other queued entries are then granted too, as re-entries. Otherwise
-    /// nothing changes.
-    pub fn acquire(
-        &mut self,
-        request: Request<'_>,
-        now_ms: u64,
-        next_token: impl FnOnce() -> u64,
-        present: impl Fn(WaiterId) -> bool,
-    ) -> Acquired {
-        self.queue.drop_expired_reservations(now_ms);
-        let deadline_ms = now_ms.saturating_add(request.ttl_ms);
-        match self.hold.as_mut().filter(|hold| hold.is_live(now_ms)) {
-            Some(hold) if *hold.owner == *request.owner => {
-                hold.holds = hold.holds.saturating_add(1);
-                hold.deadline_ms = deadline_ms;
-                Acquired {
-                    grant: Some(Grant {
-                        token: hold.token,
-                        holds: hold.holds,
-                        reentry: true,
-                    }),
-                    woken: Vec::new(),
-                }
-            }
-            Some(_) => Acquired::default(),
-            None => {
-                let head_is_mine = match self.queue.head() {
-                    None => true,
-                    Some((_, entry)) => {
-                        *entry.owner == *request.owner
-                            && matches!(entry.kind, EntryKind::Reservation { .. })
-                    }
-                };
-                if !head_is_mine {
-                    return Acquired::default();
-                }
-                let grant = self.start_hold(request, now_ms, next_token());
-                let woken = self.absorb_owner_entries(now_ms, &present);
-                Acquired {
-                    grant: Some(grant),
-                    woken,
-                }
-            }
+    /// A holder re-enters at once (shared re-entries even past a waiting
+    /// writer and whatever their LIMIT); a shared-only holder upgrades at
+    /// once when it is the only holder. A new hold is granted when the queue
+    /// is empty or headed by this owner's reservation and the request is
+    /// compatible with the holders. Otherwise `None` and nothing changes
+    /// (but holders whose lease ended are dropped).
+    pub fn acquire(&mut self, request: Request<'_>, step: &mut Step<'_>) -> Option<Grant> {
+        self.expire_holders(step);
+        self.queue.drop_expired_reservations(step.now_ms);
+        let holds = self.holders.get(request.owner).is_some();
+        let allowed = self.grantable(request.owner, request.want)
+            && (holds || self.queue_open_to(request.owner));
+        if !allowed {
+            return None;
         }
+        let grant = self.grant(
+            request.owner,
+            request.want,
+            request.ttl_ms,
+            request.session,
+            step,
+        );
+        if !grant.reentry {
+            self.absorb_owner_entries(request.owner, step);
+        }
+        Some(grant)
     }
 
     /// FAIR without BLOCK when not granted: keeps `owner`'s place as a
-    /// reservation until `deadline_ms` (refreshing it in place if it has one).
+    /// reservation until `deadline_ms` (refreshing it in place, with the new
+    /// mode and limit, if it has one).
     ///
     /// An owner already waiting in the queue (a blocked client of the same
-    /// owner) already has its place: nothing is added.
-    /// Returns whether a reservation was made or refreshed.
-    pub fn reserve(&mut self, owner: &[u8], deadline_ms: u64) -> bool {
-        let kind = EntryKind::Reservation { deadline_ms };
+    /// owner), or already holding the lock (an upgrade that cannot be
+    /// granted), keeps no reservation. Returns whether one was made or
+    /// refreshed.
+    pub fn reserve(&mut self, owner: &[u8], want: Want, deadline_ms: u64) -> bool {
+        let kind = EntryKind::Reservation { deadline_ms, want };
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
             None if !self.queue.seqs_of(owner).is_empty() => return false,
+            None if self.holders.get(owner).is_some() => return false,
             None => {
                 self.queue.push(owner, kind);
             }
@@ -249,16 +428,59 @@ impl Lock {
         true
     }
 
-    /// Queues a blocked waiter; an owner with a reservation waits in its
-    /// place. Returns the waiter's position key.
-    pub fn enqueue_waiter(&mut self, owner: &[u8], waiter: Waiter) -> u64 {
+    /// Restores a persisted or replicated reservation at the tail (or
+    /// refreshes the owner's), whoever holds the lock.
+    pub fn restore_reservation(&mut self, owner: &[u8], want: Want, deadline_ms: u64) {
+        let kind = EntryKind::Reservation { deadline_ms, want };
         match self.queue.reservation_of(owner) {
+            Some(seq) => self.queue.replace(seq, kind),
+            None => {
+                self.queue.push(owner, kind);
+            }
+        }
+    }
+
+    /// Queues a blocked waiter. An owner holding the lock only shared that
+    /// waits for an exclusive hold (an upgrade) waits ahead of everyone, and
+    /// only one may (`Deadlock` otherwise); an owner with a reservation waits
+    /// in its place; anyone else at the tail. Returns the waiter's position key.
+    pub fn enqueue_waiter(
+        &mut self,
+        owner: &[u8],
+        waiter: Waiter,
+        now_ms: u64,
+    ) -> Result<u64, Deadlock> {
+        let upgrading = waiter.want.mode == Mode::Exclusive
+            && self
+                .live_hold_of(owner, now_ms)
+                .is_some_and(|hold| hold.exclusive == 0);
+        // A second connection of the upgrading owner waits at the tail: it
+        // becomes a re-entry once the upgrade is granted.
+        let second_of_upgrader = self.queue.upgrading_owner() == Some(owner);
+        if upgrading && !second_of_upgrader {
+            if self.queue.push_upgrade(owner, waiter) {
+                return Ok(UPGRADE_SEQ);
+            }
+            return Err(Deadlock);
+        }
+        Ok(match self.queue.reservation_of(owner) {
             Some(seq) => {
                 self.queue.replace(seq, EntryKind::Waiter(waiter));
                 seq
             }
             None => self.queue.push(owner, EntryKind::Waiter(waiter)),
-        }
+        })
+    }
+
+    /// Whether a blocked exclusive request of `owner` would wait as an
+    /// upgrade while another upgrade already waits (it would get `Deadlock`).
+    pub fn upgrade_would_deadlock(&self, owner: &[u8], now_ms: u64) -> bool {
+        self.queue
+            .upgrading_owner()
+            .is_some_and(|upgrader| upgrader != owner)
+            && self
+                .live_hold_of(owner, now_ms)
+                .is_some_and(|hold| hold.exclusive == 0)
     }
 
     /// Removes a departed waiter (timeout, disconnect); false if not there.
@@ -271,181 +493,241 @@ impl Lock {
         self.queue.take_waiters()
     }
 
-    /// Gives up one hold of `owner`; returns the holds left (0: the lock is
-    /// free, and [`Lock::hand_off`] should run).
-    pub fn release(&mut self, owner: &[u8], now_ms: u64) -> Result<u64, NotOwner> {
-        let hold = self.owned_hold(owner, now_ms)?;
-        hold.holds -= 1;
-        let remaining = hold.holds;
-        if remaining == 0 {
-            self.hold = None;
+    /// Gives up one hold of `owner` in `mode`; returns the holds left in
+    /// both modes together (0: the owner holds nothing, and
+    /// [`Lock::hand_off`] should run).
+    pub fn release(
+        &mut self,
+        owner: &[u8],
+        mode: Mode,
+        step: &mut Step<'_>,
+    ) -> Result<u64, NotOwner> {
+        self.expire_holders(step);
+        let held = self
+            .holders
+            .get(owner)
+            .is_some_and(|hold| hold.count(mode) > 0);
+        if !held {
+            return Err(NotOwner);
+        }
+        let was_many = self.holders.is_many();
+        let remaining = self
+            .holders
+            .update(owner, |hold| {
+                match mode {
+                    Mode::Exclusive => hold.exclusive -= 1,
+                    Mode::Shared => hold.shared -= 1,
+                }
+                hold.total()
+            })
+            .ok_or(NotOwner)?;
+        step.holds_changed = true;
+        if was_many {
+            step.touched.push(owner.into());
         }
         Ok(remaining)
     }
 
-    /// Resets the lease of `owner` to `ttl_ms` from `now_ms`; returns its token.
-    pub fn renew(&mut self, owner: &[u8], ttl_ms: u64, now_ms: u64) -> Result<u64, NotOwner> {
-        let hold = self.owned_hold(owner, now_ms)?;
-        hold.deadline_ms = now_ms.saturating_add(ttl_ms);
-        Ok(hold.token)
-    }
-
-    /// Releases every hold of a SESSION hold tied to connection `client`.
-    pub fn end_session(&mut self, client: u64, now_ms: u64) -> bool {
-        let tied = self
-            .live_hold(now_ms)
-            .is_some_and(|hold| hold.session == Some(client));
-        if tied {
-            self.hold = None;
-        }
-        tied
-    }
-
-    /// Hands a free lock to the head of the queue: drops expired
-    /// reservations and departed waiters (`present` says which waiters still
-    /// wait), and if a blocked waiter heads the queue, grants it a new hold
-    /// (new token, its own ttl) together with the other waiting entries of the
-    /// same owner. Does nothing while the lock is held or a live reservation
-    /// heads the queue.
-    pub fn hand_off(
+    /// Resets the lease of `owner`'s hold (any mode) to `ttl_ms` from now;
+    /// returns its token.
+    pub fn renew(
         &mut self,
-        now_ms: u64,
-        next_token: impl FnOnce() -> u64,
-        present: impl Fn(WaiterId) -> bool,
-    ) -> Vec<WaiterGrant> {
-        if self.live_hold(now_ms).is_some() {
-            return Vec::new();
+        owner: &[u8],
+        ttl_ms: u64,
+        step: &mut Step<'_>,
+    ) -> Result<u64, NotOwner> {
+        self.expire_holders(step);
+        let deadline_ms = step.now_ms.saturating_add(ttl_ms);
+        let token = self
+            .holders
+            .update(owner, |hold| {
+                hold.deadline_ms = deadline_ms;
+                hold.token
+            })
+            .ok_or(NotOwner)?;
+        self.touch(owner, step);
+        Ok(token)
+    }
+
+    /// Releases every hold tied to connection `client` (SESSION); returns
+    /// whether there was one.
+    pub fn end_session(&mut self, client: u64, step: &mut Step<'_>) -> bool {
+        self.expire_holders(step);
+        let was_many = self.holders.is_many();
+        let ended = self.holders.remove_session(client);
+        for hold in &ended {
+            step.holds_changed = true;
+            if was_many {
+                step.touched.push(hold.owner.clone());
+            }
         }
-        self.hold = None;
-        self.queue.drop_expired_reservations(now_ms);
-        let (owner, waiter) = loop {
-            let Some((
-                seq,
-                Entry {
-                    kind: EntryKind::Waiter(_),
-                    ..
-                },
-            )) = self.queue.head()
-            else {
-                return Vec::new();
+        !ended.is_empty()
+    }
+
+    /// Hands the lock on: drops holders whose lease ended, expired
+    /// reservations and departed waiters (`present` says which waiters still
+    /// wait), then grants the head of the queue while it is a blocked waiter
+    /// compatible with the holders: an exclusive head stops the batch once
+    /// granted (or while it cannot be), consecutive shared heads are granted
+    /// together. A live reservation at the head holds the queue for its
+    /// owner. Grants are added to `step.woken`.
+    pub fn hand_off(&mut self, step: &mut Step<'_>) {
+        self.expire_holders(step);
+        self.queue.drop_expired_reservations(step.now_ms);
+        while let Some((seq, entry)) = self.queue.head() {
+            let EntryKind::Waiter(waiter) = &entry.kind else {
+                return;
             };
-            if let Some(Entry {
+            if !(step.present)(waiter.id) {
+                self.queue.remove(seq);
+                continue;
+            }
+            if !self.grantable(&entry.owner, waiter.want) {
+                return;
+            }
+            let Some(Entry {
                 owner,
                 kind: EntryKind::Waiter(waiter),
             }) = self.queue.remove(seq)
-            {
-                if present(waiter.id) {
-                    break (owner, waiter);
-                }
+            else {
+                return;
+            };
+            let grant = self.grant(&owner, waiter.want, waiter.ttl_ms, waiter.session, step);
+            let session = self.session_of(&owner);
+            step.woken.push(WaiterGrant {
+                waiter: waiter.id,
+                grant,
+                owner: owner.clone(),
+                session,
+            });
+            if !grant.reentry {
+                self.absorb_owner_entries(&owner, step);
             }
-        };
-        let request = Request {
-            owner: &owner,
-            ttl_ms: waiter.ttl_ms,
-            session: waiter.session,
-        };
-        let grant = self.start_hold(request, now_ms, next_token());
-        let mut woken = vec![WaiterGrant {
-            waiter: waiter.id,
-            grant,
-            owner: owner.clone(),
-        }];
-        woken.extend(self.absorb_owner_entries(now_ms, &present));
-        woken
-    }
-
-    fn start_hold(&mut self, request: Request<'_>, now_ms: u64, token: u64) -> Grant {
-        self.hold = Some(Hold {
-            owner: request.owner.into(),
-            holds: 1,
-            token,
-            deadline_ms: now_ms.saturating_add(request.ttl_ms),
-            session: request.session,
-        });
-        Grant {
-            token,
-            holds: 1,
-            reentry: false,
         }
     }
 
-    /// Grants the holder's other queued entries: waiters as re-entries (each
-    /// resets the lease to its ttl), reservations simply fulfilled.
-    fn absorb_owner_entries(
-        &mut self,
-        now_ms: u64,
-        present: &impl Fn(WaiterId) -> bool,
-    ) -> Vec<WaiterGrant> {
-        let Some(hold) = self.hold.as_mut() else {
-            return Vec::new();
-        };
-        let mut woken = Vec::new();
-        for seq in self.queue.seqs_of(&hold.owner) {
-            if let Some(Entry {
-                kind: EntryKind::Waiter(waiter),
-                ..
-            }) = self.queue.remove(seq)
-            {
-                if !present(waiter.id) {
+    /// After `owner` got a new token (a new hold or an upgrade): its
+    /// reservations are fulfilled (removed), and its blocked waiters that are
+    /// now re-entries (shared ones; exclusive ones when it holds exclusively)
+    /// are granted, each resetting the lease to its own ttl.
+    fn absorb_owner_entries(&mut self, owner: &[u8], step: &mut Step<'_>) {
+        for seq in self.queue.seqs_of(owner) {
+            let Some(entry) = self.queue.get(seq) else {
+                continue;
+            };
+            let waiter = match &entry.kind {
+                EntryKind::Reservation { .. } => {
+                    self.queue.remove(seq);
                     continue;
                 }
-                hold.holds = hold.holds.saturating_add(1);
-                hold.deadline_ms = now_ms.saturating_add(waiter.ttl_ms);
-                woken.push(WaiterGrant {
+                EntryKind::Waiter(waiter) => waiter.clone(),
+            };
+            if !(step.present)(waiter.id) {
+                self.queue.remove(seq);
+                continue;
+            }
+            let reentry = match waiter.want.mode {
+                Mode::Shared => true,
+                Mode::Exclusive => self
+                    .holders
+                    .get(owner)
+                    .is_some_and(|hold| hold.exclusive > 0),
+            };
+            if !reentry {
+                continue;
+            }
+            self.queue.remove(seq);
+            let deadline_ms = step.now_ms.saturating_add(waiter.ttl_ms);
+            let counted = self.holders.update(owner, |hold| {
+                match waiter.want.mode {
+                    Mode::Exclusive => hold.exclusive = hold.exclusive.saturating_add(1),
+                    Mode::Shared => hold.shared = hold.shared.saturating_add(1),
+                }
+                hold.deadline_ms = deadline_ms;
+                (
+                    hold.count(waiter.want.mode),
+                    hold.token,
+                    hold.session.map(std::num::NonZeroU64::get),
+                )
+            });
+            if let Some((holds, token, session)) = counted {
+                step.woken.push(WaiterGrant {
                     waiter: waiter.id,
                     grant: Grant {
-                        token: hold.token,
-                        holds: hold.holds,
+                        token,
+                        holds,
                         reentry: true,
+                        mode: waiter.want.mode,
                     },
-                    owner: hold.owner.clone(),
+                    owner: owner.into(),
+                    session,
                 });
             }
         }
-        woken
     }
 
-    fn owned_hold(&mut self, owner: &[u8], now_ms: u64) -> Result<&mut Hold, NotOwner> {
-        self.hold
-            .as_mut()
-            .filter(|hold| hold.is_live(now_ms) && *hold.owner == *owner && hold.holds > 0)
-            .ok_or(NotOwner)
+    fn session_of(&self, owner: &[u8]) -> Option<u64> {
+        self.holders
+            .get(owner)
+            .and_then(|hold| hold.session)
+            .map(std::num::NonZeroU64::get)
     }
 
-    /// The persistent part: the hold (without its session) and the
+    /// The persistent part: the holders (without sessions) and the
     /// reservations. Blocked waiters are connection state and stay behind.
     pub fn persistent_copy(&self) -> Lock {
-        Lock {
-            hold: self.hold.clone().map(|hold| Hold {
+        let mut holders = Holders::default();
+        for hold in self.holders.iter() {
+            holders.insert(Hold {
                 session: None,
-                ..hold
-            }),
+                ..hold.clone()
+            });
+        }
+        Lock {
+            holders,
             queue: self.queue.without_waiters(),
         }
     }
 
-    /// Applies a replicated hold. A new token means a new hold, which (as on
-    /// the master) fulfils that owner's reservations.
-    pub fn apply_hold(&mut self, hold: Hold) {
-        let new_hold = self.hold.as_ref().map(|current| current.token) != Some(hold.token);
-        if new_hold {
+    /// Applies a replicated or persisted hold of one owner. `replace_all`:
+    /// it is the only holder (every other hold ends). A token other than the
+    /// owner's current one means a new hold (or an upgrade), which, as on
+    /// the master, fulfils that owner's reservations.
+    pub fn apply_hold(&mut self, hold: Hold, replace_all: bool) {
+        let previous = self.holders.get(&hold.owner).map(|current| current.token);
+        if previous != Some(hold.token) {
             for seq in self.queue.seqs_of(&hold.owner) {
                 self.queue.remove(seq);
             }
         }
-        self.hold = Some(hold);
+        if replace_all {
+            self.holders.clear();
+            self.holders.insert(hold);
+        } else if previous.is_some() {
+            let owner = hold.owner.clone();
+            self.holders.update(&owner, |current| *current = hold);
+        } else {
+            self.holders.insert(hold);
+        }
     }
 
-    /// Applies a replicated release of the hold.
+    /// Applies a replicated end of one owner's holds.
+    pub fn apply_drop(&mut self, owner: &[u8]) {
+        self.holders.remove(owner);
+    }
+
+    /// Applies a replicated end of every hold.
     pub fn apply_free(&mut self) {
-        self.hold = None;
+        self.holders.clear();
     }
 
     /// Approximate heap bytes, for MEMORY USAGE.
     pub fn heap_bytes(&self) -> usize {
-        self.hold.as_ref().map_or(0, |hold| hold.owner.len()) + self.queue.heap_bytes()
+        self.holders.heap_bytes() + self.queue.heap_bytes()
     }
 }
 
+#[cfg(test)]
+mod shared_tests;
 #[cfg(test)]
 mod tests;

@@ -29,6 +29,8 @@ pub struct Waiter {
     pub ttl_ms: u64,
     /// The connection a SESSION hold is tied to.
     pub session: Option<u64>,
+    /// The mode (and LIMIT) it asked for.
+    pub want: Want,
 }
 
 /// What a queue entry is.
@@ -38,7 +40,24 @@ pub enum EntryKind {
     /// A FAIR reservation: the place is kept until `deadline_ms` (inclusive).
     Reservation {
         deadline_ms: u64,
+        want: Want,
     },
+}
+
+/// What a queue entry asks for: the mode, and for a shared request the
+/// most shared owners it accepts to hold beside (LIMIT).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Want {
+    pub mode: super::Mode,
+    /// LIMIT of a shared request; `None`: no bound.
+    pub limit: Option<u32>,
+}
+
+impl Want {
+    pub const EXCLUSIVE: Want = Want {
+        mode: super::Mode::Exclusive,
+        limit: None,
+    };
 }
 
 /// One place in the queue.
@@ -48,8 +67,22 @@ pub struct Entry {
     pub kind: EntryKind,
 }
 
+impl Entry {
+    /// What the entry asks for.
+    pub fn want(&self) -> Want {
+        match &self.kind {
+            EntryKind::Waiter(waiter) => waiter.want,
+            EntryKind::Reservation { want, .. } => *want,
+        }
+    }
+}
+
+/// The place of an owner waiting to upgrade its shared hold to an exclusive
+/// one: ahead of every other entry (sequence numbers of the tail start at 1).
+pub const UPGRADE_SEQ: u64 = 0;
+
 /// The entries of a non-empty queue.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 struct Inner {
     entries: BTreeMap<u64, Entry>,
     next_seq: u64,
@@ -58,6 +91,18 @@ struct Inner {
     /// seqs of every entry, per owner.
     by_owner: HashMap<Box<[u8]>, Vec<u64>>,
     waiters: usize,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            next_seq: UPGRADE_SEQ + 1,
+            reservations: BTreeSet::new(),
+            by_owner: HashMap::new(),
+            waiters: 0,
+        }
+    }
 }
 
 impl Clone for Inner {
@@ -103,7 +148,7 @@ impl Inner {
     /// Entries in order, without reservations that have run out.
     pub fn live_entries(&self, now_ms: u64) -> impl Iterator<Item = &Entry> + '_ {
         self.entries.values().filter(move |entry| match entry.kind {
-            EntryKind::Reservation { deadline_ms } => now_ms <= deadline_ms,
+            EntryKind::Reservation { deadline_ms, .. } => now_ms <= deadline_ms,
             EntryKind::Waiter(_) => true,
         })
     }
@@ -153,10 +198,24 @@ impl Inner {
         seq
     }
 
+    /// Puts an upgrading owner's waiter ahead of every entry; false when an
+    /// upgrade already waits there.
+    pub fn push_upgrade(&mut self, owner: &[u8], waiter: Waiter) -> bool {
+        if self.entries.contains_key(&UPGRADE_SEQ) {
+            return false;
+        }
+        let entry = Entry {
+            owner: owner.into(),
+            kind: EntryKind::Waiter(waiter),
+        };
+        self.insert(UPGRADE_SEQ, entry);
+        true
+    }
+
     fn insert(&mut self, seq: u64, entry: Entry) {
         match &entry.kind {
             EntryKind::Waiter(_) => self.waiters += 1,
-            EntryKind::Reservation { deadline_ms } => {
+            EntryKind::Reservation { deadline_ms, .. } => {
                 self.reservations.insert((*deadline_ms, seq));
                 STORED_RESERVATIONS.fetch_add(1, Ordering::Relaxed);
             }
@@ -175,7 +234,7 @@ impl Inner {
         let entry = self.entries.remove(&seq)?;
         match &entry.kind {
             EntryKind::Waiter(_) => self.waiters -= 1,
-            EntryKind::Reservation { deadline_ms } => {
+            EntryKind::Reservation { deadline_ms, .. } => {
                 self.reservations.remove(&(*deadline_ms, seq));
                 STORED_RESERVATIONS.fetch_sub(1, Ordering::Relaxed);
             }
@@ -310,6 +369,11 @@ impl Queue {
         self.inner.as_ref()?.head()
     }
 
+    /// The entry at `seq`.
+    pub fn get(&self, seq: u64) -> Option<&Entry> {
+        self.inner.as_ref()?.entries.get(&seq)
+    }
+
     /// The latest reservation deadline, expired or not.
     pub fn last_reservation_deadline(&self) -> Option<u64> {
         self.inner.as_ref()?.last_reservation_deadline()
@@ -339,6 +403,20 @@ impl Queue {
         self.inner
             .get_or_insert_with(Box::default)
             .push(owner, kind)
+    }
+
+    /// Puts an upgrading owner's waiter at the head ([`UPGRADE_SEQ`]);
+    /// false when another upgrade already waits.
+    pub fn push_upgrade(&mut self, owner: &[u8], waiter: Waiter) -> bool {
+        self.inner
+            .get_or_insert_with(Box::default)
+            .push_upgrade(owner, waiter)
+    }
+
+    /// The owner whose upgrade waits at the head, if any.
+    pub fn upgrading_owner(&self) -> Option<&[u8]> {
+        let entry = self.inner.as_ref()?.entries.get(&UPGRADE_SEQ)?;
+        Some(&entry.owner)
     }
 
     /// Runs `change` on the entries, then frees them if the queue emptied.

@@ -1,31 +1,88 @@
 use super::*;
 use proptest::prelude::*;
 
-/// An immediate acquire without SESSION, as the old two-argument form.
-trait Take {
+/// The lock's operations with a plain token source and every waiter
+/// present, as the exclusive-lock tests drive them.
+trait Drive {
     fn take(
         &mut self,
         owner: &[u8],
         ttl_ms: u64,
         now_ms: u64,
-        next: impl FnOnce() -> u64,
+        next: impl FnMut() -> u64,
     ) -> Option<Grant>;
+    fn acquire_at(
+        &mut self,
+        request: Request<'_>,
+        now_ms: u64,
+        next: impl FnMut() -> u64,
+    ) -> (Option<Grant>, Vec<WaiterGrant>);
+    fn release_at(&mut self, owner: &[u8], now_ms: u64) -> Result<u64, NotOwner>;
+    fn renew_at(&mut self, owner: &[u8], ttl_ms: u64, now_ms: u64) -> Result<u64, NotOwner>;
+    fn hand_off_at(&mut self, now_ms: u64, next: impl FnMut() -> u64) -> Vec<WaiterGrant>;
+    /// The live exclusive holder.
+    fn live_hold(&self, now_ms: u64) -> Option<&Hold>;
 }
 
-impl Take for Lock {
+/// Runs `f` on a step at `now_ms` whose tokens come from `next`.
+fn stepped<T>(now_ms: u64, next: impl FnMut() -> u64, f: impl FnOnce(&mut Step<'_>) -> T) -> T {
+    let next = std::cell::RefCell::new(next);
+    let issue = || (next.borrow_mut())();
+    let present = |_| true;
+    let mut step = Step::new(now_ms, &issue, &present);
+    f(&mut step)
+}
+
+impl Drive for Lock {
     fn take(
         &mut self,
         owner: &[u8],
         ttl_ms: u64,
         now_ms: u64,
-        next: impl FnOnce() -> u64,
+        next: impl FnMut() -> u64,
     ) -> Option<Grant> {
         let request = Request {
             owner,
             ttl_ms,
             session: None,
+            want: Want::EXCLUSIVE,
         };
-        self.acquire(request, now_ms, next, |_| true).grant
+        self.acquire_at(request, now_ms, next).0
+    }
+
+    fn acquire_at(
+        &mut self,
+        request: Request<'_>,
+        now_ms: u64,
+        next: impl FnMut() -> u64,
+    ) -> (Option<Grant>, Vec<WaiterGrant>) {
+        stepped(now_ms, next, |step| {
+            let grant = self.acquire(request, step);
+            (grant, std::mem::take(&mut step.woken))
+        })
+    }
+
+    fn release_at(&mut self, owner: &[u8], now_ms: u64) -> Result<u64, NotOwner> {
+        stepped(
+            now_ms,
+            || 0,
+            |step| self.release(owner, Mode::Exclusive, step),
+        )
+    }
+
+    fn renew_at(&mut self, owner: &[u8], ttl_ms: u64, now_ms: u64) -> Result<u64, NotOwner> {
+        stepped(now_ms, || 0, |step| self.renew(owner, ttl_ms, step))
+    }
+
+    fn hand_off_at(&mut self, now_ms: u64, next: impl FnMut() -> u64) -> Vec<WaiterGrant> {
+        stepped(now_ms, next, |step| {
+            self.hand_off(step);
+            std::mem::take(&mut step.woken)
+        })
+    }
+
+    fn live_hold(&self, now_ms: u64) -> Option<&Hold> {
+        self.exclusive_holder(now_ms)
     }
 }
 
@@ -44,7 +101,8 @@ fn free_lock_grants_a_new_hold() {
         Some(Grant {
             token: 7,
             holds: 1,
-            reentry: false
+            reentry: false,
+            mode: Mode::Exclusive,
         })
     );
     let hold = lock.live_hold(1_000).cloned();
@@ -52,7 +110,8 @@ fn free_lock_grants_a_new_hold() {
         hold,
         Some(Hold {
             owner: (*b"a").into(),
-            holds: 1,
+            exclusive: 1,
+            shared: 0,
             token: 7,
             deadline_ms: 1_100,
             session: None,
@@ -71,7 +130,8 @@ fn reentry_counts_keeps_the_token_and_resets_the_lease() {
         Some(Grant {
             token: first.unwrap(),
             holds: 2,
-            reentry: true
+            reentry: true,
+            mode: Mode::Exclusive,
         })
     );
     assert_eq!(lock.live_hold(1_050).map(|h| h.deadline_ms), Some(1_550));
@@ -115,7 +175,8 @@ fn expired_holder_starts_a_new_hold_with_a_new_token() {
         Some(Grant {
             token: 2,
             holds: 1,
-            reentry: false
+            reentry: false,
+            mode: Mode::Exclusive,
         })
     );
 }
@@ -126,25 +187,25 @@ fn release_counts_down_and_frees_at_zero() {
     let mut next = counter();
     lock.take(b"a", 100, 1_000, &mut next);
     lock.take(b"a", 100, 1_000, &mut next);
-    assert_eq!(lock.release(b"a", 1_010), Ok(1));
-    assert_eq!(lock.release(b"a", 1_010), Ok(0));
+    assert_eq!(lock.release_at(b"a", 1_010), Ok(1));
+    assert_eq!(lock.release_at(b"a", 1_010), Ok(0));
     assert!(lock.is_vacant(1_010));
-    assert_eq!(lock.release(b"a", 1_010), Err(NotOwner));
+    assert_eq!(lock.release_at(b"a", 1_010), Err(NotOwner));
 }
 
 #[test]
 fn release_and_renew_refuse_strangers_and_expired_holders() {
     let mut lock = Lock::new();
     let mut next = counter();
-    assert_eq!(lock.release(b"a", 1_000), Err(NotOwner));
-    assert_eq!(lock.renew(b"a", 100, 1_000), Err(NotOwner));
+    assert_eq!(lock.release_at(b"a", 1_000), Err(NotOwner));
+    assert_eq!(lock.renew_at(b"a", 100, 1_000), Err(NotOwner));
     lock.take(b"a", 100, 1_000, &mut next);
     let before = lock.clone();
-    assert_eq!(lock.release(b"b", 1_050), Err(NotOwner));
-    assert_eq!(lock.renew(b"b", 100, 1_050), Err(NotOwner));
+    assert_eq!(lock.release_at(b"b", 1_050), Err(NotOwner));
+    assert_eq!(lock.renew_at(b"b", 100, 1_050), Err(NotOwner));
     assert_eq!(lock, before);
-    assert_eq!(lock.release(b"a", 1_101), Err(NotOwner));
-    assert_eq!(lock.renew(b"a", 100, 1_101), Err(NotOwner));
+    assert_eq!(lock.release_at(b"a", 1_101), Err(NotOwner));
+    assert_eq!(lock.renew_at(b"a", 100, 1_101), Err(NotOwner));
 }
 
 #[test]
@@ -153,9 +214,12 @@ fn renew_moves_the_deadline_and_keeps_holds_and_token() {
     let mut next = counter();
     lock.take(b"a", 100, 1_000, &mut next);
     lock.take(b"a", 100, 1_000, &mut next);
-    assert_eq!(lock.renew(b"a", 5_000, 1_090), Ok(1));
+    assert_eq!(lock.renew_at(b"a", 5_000, 1_090), Ok(1));
     let hold = lock.live_hold(1_090).cloned().unwrap();
-    assert_eq!((hold.holds, hold.token, hold.deadline_ms), (2, 1, 6_090));
+    assert_eq!(
+        (hold.exclusive, hold.token, hold.deadline_ms),
+        (2, 1, 6_090)
+    );
 }
 
 #[test]
@@ -168,7 +232,7 @@ fn owners_are_compared_as_bytes() {
     let binary: &[u8] = &[0xff, 0x00, 0xfe];
     let mut other = Lock::new();
     assert!(other.take(binary, 100, 1_000, &mut next).is_some());
-    assert_eq!(other.release(binary, 1_000), Ok(0));
+    assert_eq!(other.release_at(binary, 1_000), Ok(0));
 }
 
 #[derive(Clone, Debug)]
@@ -246,7 +310,7 @@ proptest! {
                 }
                 Op::Release { owner } => {
                     let belief = &mut beliefs[owner];
-                    match lock.release(OWNERS[owner], now) {
+                    match lock.release_at(OWNERS[owner], now) {
                         Ok(left) => {
                             prop_assert!(belief.holds > 0, "released a lock it did not hold");
                             belief.holds -= 1;
@@ -260,7 +324,7 @@ proptest! {
                 }
                 Op::Renew { owner, ttl } => {
                     let belief = &mut beliefs[owner];
-                    match lock.renew(OWNERS[owner], ttl, now) {
+                    match lock.renew_at(OWNERS[owner], ttl, now) {
                         Ok(token) => {
                             prop_assert!(belief.holds > 0);
                             prop_assert_eq!(token, belief.token);
@@ -274,9 +338,9 @@ proptest! {
 
             match lock.live_hold(now) {
                 Some(hold) => {
-                    prop_assert!(hold.holds >= 1);
+                    prop_assert!(hold.exclusive >= 1);
                     let index = OWNERS.iter().position(|o| **o == *hold.owner).unwrap();
-                    prop_assert_eq!(hold.holds, beliefs[index].holds);
+                    prop_assert_eq!(hold.exclusive, beliefs[index].holds);
                     prop_assert_eq!(hold.token, beliefs[index].token);
                     prop_assert_eq!(hold.deadline_ms, beliefs[index].deadline_ms);
                 }
@@ -452,10 +516,10 @@ proptest! {
             let mut woken: Vec<WaiterGrant> = Vec::new();
             match op {
                 QueueOp::Acquire { owner, ttl } | QueueOp::Block { owner, ttl } | QueueOp::Fair { owner, ttl } => {
-                    let request = Request { owner: QUEUE_OWNERS[owner], ttl_ms: ttl, session: None };
+                    let request = Request { owner: QUEUE_OWNERS[owner], ttl_ms: ttl, session: None, want: Want::EXCLUSIVE };
                     let held_before = lock.live_hold(now).map(|h| (h.owner.clone(), h.token));
-                    let acquired = lock.acquire(request, now, || tokens.issue(now), |_| true);
-                    match acquired.grant {
+                    let (grant, acquired_woken) = lock.acquire_at(request, now, || tokens.issue(now));
+                    match grant {
                         Some(grant) if grant.reentry => {
                             let (held_by, token) = held_before.clone().expect("re-entry needs a holder");
                             prop_assert_eq!(&*held_by, QUEUE_OWNERS[owner]);
@@ -464,7 +528,7 @@ proptest! {
                         Some(grant) => {
                             prop_assert!(held_before.is_none(), "granted while held");
                             let reentries = model.grant(owner, None, grant.token)?;
-                            let woken_ids: Vec<WaiterId> = acquired.woken.iter().map(|w| w.waiter).collect();
+                            let woken_ids: Vec<WaiterId> = acquired_woken.iter().map(|w| w.waiter).collect();
                             prop_assert_eq!(woken_ids, reentries);
                         }
                         None => {
@@ -477,7 +541,7 @@ proptest! {
                                     next_waiter += 1;
                                     let id = next_waiter;
                                     owners.insert(id, owner);
-                                    let seq = lock.enqueue_waiter(QUEUE_OWNERS[owner], Waiter { id, ttl_ms: ttl, session: None });
+                                    let seq = lock.enqueue_waiter(QUEUE_OWNERS[owner], Waiter { id, ttl_ms: ttl, session: None, want: Want::EXCLUSIVE }, now).unwrap();
                                     let place = Place::Waiter { owner, id, seq };
                                     match model.places.iter().position(|p| matches!(p, Place::Reserved { owner: o, .. } if *o == owner)) {
                                         Some(index) => model.places[index] = place,
@@ -486,7 +550,7 @@ proptest! {
                                 }
                                 QueueOp::Fair { .. } => {
                                     let deadline = now + RESERVATION_MS;
-                                    lock.reserve(QUEUE_OWNERS[owner], deadline);
+                                    lock.reserve(QUEUE_OWNERS[owner], Want::EXCLUSIVE, deadline);
                                     let place = Place::Reserved { owner, deadline };
                                     let queued = model.places.iter().any(|p| p.owner() == owner);
                                     match model.places.iter().position(|p| matches!(p, Place::Reserved { owner: o, .. } if *o == owner)) {
@@ -502,10 +566,10 @@ proptest! {
                     }
                 }
                 QueueOp::Release { owner } => {
-                    let _ = lock.release(QUEUE_OWNERS[owner], now);
+                    let _ = lock.release_at(QUEUE_OWNERS[owner], now);
                 }
                 QueueOp::Renew { owner, ttl } => {
-                    let _ = lock.renew(QUEUE_OWNERS[owner], ttl, now);
+                    let _ = lock.renew_at(QUEUE_OWNERS[owner], ttl, now);
                 }
                 QueueOp::Leave { nth } => {
                     let waiters: Vec<(WaiterId, u64)> = model.places.iter().filter_map(|p| match p {
@@ -522,7 +586,7 @@ proptest! {
 
             // What the adapter does after every change.
             model.drop_expired(now);
-            woken.extend(lock.hand_off(now, || tokens.issue(now), |_| true));
+            woken.extend(lock.hand_off_at(now, || tokens.issue(now)));
             check_woken(&mut model, &|id| owners[&id], &woken)?;
 
             // No barging can follow: a free lock is never headed by a waiter.
@@ -552,9 +616,9 @@ fn an_uncontended_lock_stays_small() {
         std::mem::size_of::<Lock>()
     );
     let mut lock = Lock::new();
-    lock.reserve(b"r", 10);
+    lock.reserve(b"r", Want::EXCLUSIVE, 10);
     assert!(!lock.queue().is_empty());
-    lock.hand_off(11, || 1, |_| true);
+    lock.hand_off_at(11, || 1);
     assert!(
         lock.queue().is_empty(),
         "the expired reservation was dropped"

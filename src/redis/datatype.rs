@@ -1,7 +1,8 @@
 //! The lock's native data type: RDB save/load, AOF rewrite, digest, memory
 //! usage, copy, free, and the RDB aux field that persists the token counter.
 //!
-//! A lock value's RDB encoding (version 1) is [`crate::lock::codec`]'s.
+//! A lock value's RDB encoding (version 2; version 1 files still load) is
+//! [`crate::lock::codec`]'s.
 //!
 //! Aux data (before the keyspace), encoding version 1:
 //!   unsigned  last fencing token issued
@@ -15,7 +16,7 @@ use super::ffi::api;
 use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
 use crate::lock::codec::{self, reservations, Sink, Source};
-use crate::lock::{Lock, MAX_TOKEN};
+use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
 
 static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
 
@@ -33,8 +34,9 @@ pub(super) fn on_main_thread() -> bool {
 
 /// The type name shown by TYPE; exactly 9 characters, as Redis requires.
 pub const TYPE_NAME: &str = "dlocklock";
-/// Current RDB encoding version of lock values and of the aux field.
-pub const ENCODING_VERSION: i32 = 1;
+/// Current RDB encoding version of lock values and of the aux field (the
+/// aux field's layout is the same in versions 1 and 2).
+pub const ENCODING_VERSION: i32 = codec::VERSION;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     TYPE_NAME,
@@ -114,13 +116,10 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guarded(std::ptr::null_mut(), || {
-        if encver != ENCODING_VERSION {
-            return std::ptr::null_mut();
-        }
-        let lock = codec::decode(&mut RdbIo(rdb)).filter(|_| !raw::is_io_error(rdb));
+        let lock = codec::decode(&mut RdbIo(rdb), encver).filter(|_| !raw::is_io_error(rdb));
         match lock {
             Some(lock) => {
-                if let Some(hold) = lock.stored_hold() {
+                for hold in lock.holders().iter() {
                     tokens::observe(hold.token);
                 }
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
@@ -144,33 +143,77 @@ unsafe extern "C" fn aof_rewrite(
         };
         // The same commands replication uses; Redis appends PEXPIREAT with
         // the key's expire after them.
-        if let Some(hold) = lock.stored_hold() {
-            api!(RedisModule_EmitAOF(
-                aof,
-                c"DLOCK.SETSTATE".as_ptr(),
-                c"scblll".as_ptr(),
-                key,
-                c"HOLD".as_ptr(),
-                hold.owner.as_ptr().cast::<c_char>(),
-                hold.owner.len(),
-                hold.holds as c_longlong,
-                hold.token as c_longlong,
-                hold.deadline_ms as c_longlong,
-            ) else ());
+        for hold in lock.holders().iter() {
+            emit_hold(aof, key, hold);
         }
-        for (owner, deadline_ms) in reservations(lock) {
-            api!(RedisModule_EmitAOF(
-                aof,
-                c"DLOCK.SETSTATE".as_ptr(),
-                c"scbl".as_ptr(),
-                key,
-                c"RESERVE".as_ptr(),
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-                deadline_ms as c_longlong,
-            ) else ());
+        for (owner, deadline_ms, want) in reservations(lock) {
+            let limit = want.limit.map_or(0, u64::from) as c_longlong;
+            match want.mode {
+                Mode::Exclusive => api!(RedisModule_EmitAOF(
+                    aof,
+                    c"DLOCK.SETSTATE".as_ptr(),
+                    c"scbl".as_ptr(),
+                    key,
+                    c"RESERVE".as_ptr(),
+                    owner.as_ptr().cast::<c_char>(),
+                    owner.len(),
+                    deadline_ms as c_longlong,
+                ) else ()),
+                Mode::Shared => api!(RedisModule_EmitAOF(
+                    aof,
+                    c"DLOCK.SETSTATE".as_ptr(),
+                    c"scblcl".as_ptr(),
+                    key,
+                    c"RESERVE".as_ptr(),
+                    owner.as_ptr().cast::<c_char>(),
+                    owner.len(),
+                    deadline_ms as c_longlong,
+                    c"SHARED".as_ptr(),
+                    limit,
+                ) else ()),
+            }
         }
     })
+}
+
+/// Writes one holder as `DLOCK.SETSTATE key HOLDER ...` (the key is new in
+/// a rewritten AOF, so every holder is added beside the others).
+fn emit_hold(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, hold: &Hold) {
+    let owner = hold.owner.as_ptr().cast::<c_char>();
+    let (exclusive, token, deadline) = (
+        hold.exclusive as c_longlong,
+        hold.token as c_longlong,
+        hold.deadline_ms as c_longlong,
+    );
+    if hold.shared == 0 {
+        api!(RedisModule_EmitAOF(
+            aof,
+            c"DLOCK.SETSTATE".as_ptr(),
+            c"scblll".as_ptr(),
+            key,
+            c"HOLDER".as_ptr(),
+            owner,
+            hold.owner.len(),
+            exclusive,
+            token,
+            deadline,
+        ) else ());
+    } else {
+        api!(RedisModule_EmitAOF(
+            aof,
+            c"DLOCK.SETSTATE".as_ptr(),
+            c"scblllcl".as_ptr(),
+            key,
+            c"HOLDER".as_ptr(),
+            owner,
+            hold.owner.len(),
+            exclusive,
+            token,
+            deadline,
+            c"SHARED".as_ptr(),
+            hold.shared as c_longlong,
+        ) else ());
+    }
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
@@ -187,15 +230,21 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
         let Some(lock) = (unsafe { lock_ref(value) }) else {
             return;
         };
-        if let Some(hold) = lock.stored_hold() {
+        for hold in lock.holders().iter() {
             api!(RedisModule_DigestAddStringBuffer(md, hold.owner.as_ptr().cast::<c_char>(), hold.owner.len()) else ());
-            for number in [hold.holds, hold.token, hold.deadline_ms] {
+            for number in [hold.exclusive, hold.shared, hold.token, hold.deadline_ms] {
                 api!(RedisModule_DigestAddLongLong(md, number as c_longlong) else ());
             }
         }
-        for (owner, deadline_ms) in reservations(lock) {
+        for (owner, deadline_ms, want) in reservations(lock) {
             api!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
-            api!(RedisModule_DigestAddLongLong(md, deadline_ms as c_longlong) else ());
+            let mode = match want.mode {
+                Mode::Exclusive => 0,
+                Mode::Shared => 1,
+            };
+            for number in [deadline_ms, mode, want.limit.map_or(0, u64::from)] {
+                api!(RedisModule_DigestAddLongLong(md, number as c_longlong) else ());
+            }
         }
         api!(RedisModule_DigestEndSequence(md) else ());
     })
@@ -209,7 +258,10 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // Redis calls free exactly once, when it drops the value.
     let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
     let now = crate::clock::now_ms();
-    let lease_expired = lock.stored_hold().is_some_and(|hold| !hold.is_live(now));
+    let lease_expired = lock
+        .holders()
+        .latest_deadline()
+        .is_some_and(|deadline| deadline < now);
     let has_waiters = lock.queue().waiter_count() > 0;
     if lease_expired && !has_waiters {
         // Redis expired the key (or it was deleted after its lease ended).
@@ -255,7 +307,9 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
     guarded(raw::REDISMODULE_ERR as c_int, || {
-        if encver != ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+        if !(1..=ENCODING_VERSION).contains(&encver)
+            || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int
+        {
             return raw::REDISMODULE_ERR as c_int;
         }
         match raw::load_unsigned(rdb) {

@@ -13,7 +13,7 @@ use redis_module::raw;
 use super::datatype::LOCK_TYPE;
 use crate::commands::parser::ArgSource;
 use crate::commands::CommandError;
-use crate::lock::{Hold, Lock};
+use crate::lock::{Hold, Lock, Mode, Want};
 
 /// Calls a Redis API function pointer, or evaluates `$missing` if the server
 /// did not provide it.
@@ -197,26 +197,62 @@ impl Ctx {
         Some((lock_key, name))
     }
 
-    /// Propagates `DLOCK.SETSTATE key HOLD owner holds token deadline`.
-    pub fn replicate_hold(self, name: KeyName, hold: &Hold) {
+    /// Propagates one owner's hold: `DLOCK.SETSTATE key HOLD|HOLDER owner
+    /// exclusive token deadline [SHARED shared]`. `HOLD` when it is the only
+    /// holder (every other hold ends), `HOLDER` beside other holders.
+    pub fn replicate_hold(self, name: KeyName, hold: &Hold, only_holder: bool) {
+        if !super::propagation::needed(self) {
+            return;
+        }
+        let operation = if only_holder { c"HOLD" } else { c"HOLDER" };
+        if hold.shared == 0 {
+            api!(RedisModule_Replicate(
+                self.raw,
+                c"DLOCK.SETSTATE".as_ptr(),
+                c"scblll".as_ptr(),
+                name.raw,
+                operation.as_ptr(),
+                hold.owner.as_ptr().cast::<c_char>(),
+                hold.owner.len(),
+                to_long_long(hold.exclusive),
+                to_long_long(hold.token),
+                to_long_long(hold.deadline_ms),
+            ) else 0);
+        } else {
+            api!(RedisModule_Replicate(
+                self.raw,
+                c"DLOCK.SETSTATE".as_ptr(),
+                c"scblllcl".as_ptr(),
+                name.raw,
+                operation.as_ptr(),
+                hold.owner.as_ptr().cast::<c_char>(),
+                hold.owner.len(),
+                to_long_long(hold.exclusive),
+                to_long_long(hold.token),
+                to_long_long(hold.deadline_ms),
+                c"SHARED".as_ptr(),
+                to_long_long(hold.shared),
+            ) else 0);
+        }
+    }
+
+    /// Propagates `DLOCK.SETSTATE key DROP owner`: that owner's holds ended.
+    pub fn replicate_drop(self, name: KeyName, owner: &[u8]) {
         if !super::propagation::needed(self) {
             return;
         }
         api!(RedisModule_Replicate(
             self.raw,
             c"DLOCK.SETSTATE".as_ptr(),
-            c"scblll".as_ptr(),
+            c"scb".as_ptr(),
             name.raw,
-            c"HOLD".as_ptr(),
-            hold.owner.as_ptr().cast::<c_char>(),
-            hold.owner.len(),
-            to_long_long(hold.holds),
-            to_long_long(hold.token),
-            to_long_long(hold.deadline_ms),
+            c"DROP".as_ptr(),
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
         ) else 0);
     }
 
-    /// Propagates `DLOCK.SETSTATE key FREE`: the hold ended, the queue stays.
+    /// Propagates `DLOCK.SETSTATE key FREE`: every hold ended, the queue stays.
     pub fn replicate_free(self, name: KeyName) {
         if !super::propagation::needed(self) {
             return;
@@ -230,21 +266,36 @@ impl Ctx {
         ) else 0);
     }
 
-    /// Propagates `DLOCK.SETSTATE key RESERVE owner deadline`.
-    pub fn replicate_reserve(self, name: KeyName, owner: &[u8], deadline_ms: u64) {
+    /// Propagates `DLOCK.SETSTATE key RESERVE owner deadline [SHARED limit]`
+    /// (limit 0: none).
+    pub fn replicate_reserve(self, name: KeyName, owner: &[u8], deadline_ms: u64, want: Want) {
         if !super::propagation::needed(self) {
             return;
         }
-        api!(RedisModule_Replicate(
-            self.raw,
-            c"DLOCK.SETSTATE".as_ptr(),
-            c"scbl".as_ptr(),
-            name.raw,
-            c"RESERVE".as_ptr(),
-            owner.as_ptr().cast::<c_char>(),
-            owner.len(),
-            to_long_long(deadline_ms),
-        ) else 0);
+        match want.mode {
+            Mode::Exclusive => api!(RedisModule_Replicate(
+                self.raw,
+                c"DLOCK.SETSTATE".as_ptr(),
+                c"scbl".as_ptr(),
+                name.raw,
+                c"RESERVE".as_ptr(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                to_long_long(deadline_ms),
+            ) else 0),
+            Mode::Shared => api!(RedisModule_Replicate(
+                self.raw,
+                c"DLOCK.SETSTATE".as_ptr(),
+                c"scblcl".as_ptr(),
+                name.raw,
+                c"RESERVE".as_ptr(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                to_long_long(deadline_ms),
+                c"SHARED".as_ptr(),
+                to_long_long(want.limit.map_or(0, u64::from)),
+            ) else 0),
+        };
     }
 
     /// Propagates `DEL key` to replicas and the AOF.

@@ -4,60 +4,50 @@
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
-use crate::lock::WaiterGrant;
+use crate::lock::{Mode, Step, Want};
 
-/// What a caller changed in the lock before settling it.
+/// What a caller changed in the lock, besides its holds (which the
+/// [`Step`] records), before settling it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Changes<'a> {
-    /// The hold was granted, re-entered, renewed or released.
-    pub hold: bool,
     /// A waiter joined or left the queue (not replicated).
     pub queue: bool,
-    /// A FAIR reservation was made or refreshed: (owner, deadline).
-    pub reserved: Option<(&'a [u8], u64)>,
+    /// A FAIR reservation was made or refreshed: (owner, deadline, want).
+    pub reserved: Option<(&'a [u8], u64, Want)>,
+    /// A SESSION hold was granted to this connection.
+    pub session: Option<u64>,
 }
 
-impl Changes<'_> {
-    fn any(&self) -> bool {
-        self.hold || self.queue || self.reserved.is_some()
-    }
-}
-
-/// Settles the lock in `key` after `changes`:
+/// Settles the lock in `key` after a change recorded in `step` and `changes`:
 ///
-/// 1. a free lock is handed to the head of its queue (new token);
+/// 1. the lock is handed to the head of its queue while the head can be
+///    granted (new tokens), holders whose lease ended are dropped;
 /// 2. a vacant lock (not held, nobody queued) is deleted, and `DEL` replicated;
-/// 3. otherwise the key's expire follows the lease and the reservations, and
-///    the changes are replicated as explicit state (`DLOCK.SETSTATE`);
+/// 3. otherwise the key's expire follows the leases and the reservations,
+///    and the changes are replicated as explicit state (`DLOCK.SETSTATE`);
 /// 4. a timer is asked for the next moment the lock needs attention;
 /// 5. SESSION holds are indexed by connection, and woken waiters unblocked.
-///
-/// `woken` carries waiters the caller's own operation already granted.
 pub fn settle(
     ctx: Ctx,
     name: KeyName,
     key: &mut LockKey,
-    now_ms: u64,
-    mut changes: Changes<'_>,
-    mut woken: Vec<WaiterGrant>,
+    mut step: Step<'_>,
+    changes: Changes<'_>,
 ) {
     let Some(lock) = key.lock_mut() else {
         return;
     };
-    let expired = lock.stored_hold().is_some_and(|hold| !hold.is_live(now_ms));
-    let handed = lock.hand_off(now_ms, tokens::issue, waiters::is_waiting);
-    if expired {
+    let now_ms = step.now_ms;
+    lock.hand_off(&mut step);
+    for _ in 0..step.expired {
         stats::record(ctx, Event::Expire, name);
     }
-    if !handed.is_empty() {
-        changes.hold = true;
-        woken.extend(handed);
-    }
-    for grant in &woken {
-        let event = if grant.grant.reentry {
-            Event::Reenter
-        } else {
-            Event::Handoff
+    for grant in &step.woken {
+        let event = match (grant.grant.reentry, grant.grant.mode) {
+            (true, Mode::Exclusive) => Event::Reenter,
+            (true, Mode::Shared) => Event::ReenterShared,
+            (false, Mode::Exclusive) => Event::Handoff,
+            (false, Mode::Shared) => Event::HandoffShared,
         };
         stats::record(ctx, event, name);
     }
@@ -67,35 +57,56 @@ pub fn settle(
         return;
     }
     let wakeup_at = lock.wakeup_at(now_ms);
-    if !changes.any() && woken.is_empty() {
+    let changed = step.holds_changed || changes.queue || changes.reserved.is_some();
+    if !changed && step.woken.is_empty() {
         if let Some(at) = wakeup_at {
             scheduler::wake_at(at, ctx.selected_db(), name.bytes());
         }
         return;
     }
-    let expire_at = lock.expire_at(now_ms);
-    let session = lock.live_hold(now_ms).and_then(|hold| hold.session);
-    if let Some((owner, deadline_ms)) = changes.reserved {
-        ctx.replicate_reserve(name, owner, deadline_ms);
+    if let Some((owner, deadline_ms, want)) = changes.reserved {
+        ctx.replicate_reserve(name, owner, deadline_ms, want);
     }
-    if changes.hold {
-        match lock.live_hold(now_ms) {
-            Some(hold) => ctx.replicate_hold(name, hold),
-            None => ctx.replicate_free(name),
+    if step.holds_changed {
+        let holders = lock.holders();
+        match holders.single() {
+            Some(hold) => ctx.replicate_hold(name, hold, true),
+            None if holders.is_empty() => ctx.replicate_free(name),
+            None => {
+                let mut touched = std::mem::take(&mut step.touched);
+                touched.sort_unstable();
+                touched.dedup();
+                for owner in &touched {
+                    match holders.get(owner) {
+                        Some(hold) => ctx.replicate_hold(name, hold, false),
+                        None => ctx.replicate_drop(name, owner),
+                    }
+                }
+            }
         }
     }
-    match expire_at {
+    match lock.expire_at(now_ms) {
         Some(deadline_ms) => key.set_deadline(deadline_ms),
         None => key.remove_expire(),
     }
     // Only SESSION holds and locks with waiters need the database number.
-    if let (true, Some(client)) = (changes.hold, session) {
+    let sessions = changes
+        .session
+        .into_iter()
+        .chain(step.woken.iter().filter_map(|grant| grant.session));
+    for client in sessions {
         scheduler::track_session(client, ctx.selected_db(), name.bytes());
     }
     if let Some(at) = wakeup_at {
         scheduler::wake_at(at, ctx.selected_db(), name.bytes());
     }
-    for grant in woken {
+    for grant in step.woken {
         waiters::wake(grant);
     }
+}
+
+/// A step on a lock at `now_ms` with the server's token counter and
+/// waiter registry.
+pub fn step(now_ms: u64) -> Step<'static> {
+    Step::new(now_ms, &tokens::issue, &waiters::is_waiting)
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use redis_module::raw;
 
 use super::ffi::{api, Ctx, KeyName, LockKey};
-use super::keyspace::{settle, Changes};
+use super::keyspace::{self, settle, Changes};
 use super::stats::{self, Event};
 use super::waiters::{self, OrphanGroup};
 use crate::clock;
@@ -329,14 +329,8 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
         return;
     };
     if lock_key.lock().is_some() {
-        settle(
-            ctx,
-            name.name(),
-            &mut lock_key,
-            now,
-            Changes::default(),
-            Vec::new(),
-        );
+        let step = keyspace::step(now);
+        settle(ctx, name.name(), &mut lock_key, step, Changes::default());
     }
 }
 
@@ -344,17 +338,14 @@ fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
     let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
         return;
     };
-    let ended = lock_key
-        .lock_mut()
-        .is_some_and(|lock| lock.end_session(client, now));
-    if ended {
+    let mut step = keyspace::step(now);
+    let Some(lock) = lock_key.lock_mut() else {
+        return;
+    };
+    if lock.end_session(client, &mut step) {
         stats::record(ctx, Event::Release, name.name());
-        let changes = Changes {
-            hold: true,
-            ..Changes::default()
-        };
-        settle(ctx, name.name(), &mut lock_key, now, changes, Vec::new());
     }
+    settle(ctx, name.name(), &mut lock_key, step, Changes::default());
 }
 
 /// Whether orphaned waiters may be re-queued at their key on this server.
@@ -393,5 +384,11 @@ fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
         queue: true,
         ..Changes::default()
     };
-    settle(ctx, name.name(), &mut lock_key, now, changes, Vec::new());
+    settle(
+        ctx,
+        name.name(),
+        &mut lock_key,
+        keyspace::step(now),
+        changes,
+    );
 }

@@ -29,6 +29,16 @@ pub enum Event {
     Expire,
     /// A blocked waiter whose timeout passed.
     Timeout,
+    /// A new shared hold granted to a caller at once.
+    AcquireShared,
+    /// A shared re-entry by a holder.
+    ReenterShared,
+    /// A shared hold given up.
+    ReleaseShared,
+    /// A shared hold granted to a blocked waiter.
+    HandoffShared,
+    /// An upgrade refused with DEADLOCK (counted, not published).
+    Deadlock,
     /// A latch created (`dlock.latch`).
     LatchCreate,
     /// A latch counted down without opening (`dlock.countdown`).
@@ -40,20 +50,27 @@ pub enum Event {
 }
 
 impl Event {
-    fn counter(self) -> &'static AtomicU64 {
+    /// The counter of this kind of event, and for shared grants also the
+    /// counter of every grant of its kind.
+    fn counters(self) -> (&'static AtomicU64, Option<&'static AtomicU64>) {
         match self {
-            Event::Acquire => &ACQUIRES,
-            Event::Reenter => &REENTRIES,
-            Event::Release => &RELEASES,
-            Event::Renew => &RENEWALS,
-            Event::Reserve => &RESERVATIONS_MADE,
-            Event::Handoff => &HANDOFFS,
-            Event::Expire => &LEASE_EXPIRIES,
-            Event::Timeout => &BLOCK_TIMEOUTS,
-            Event::LatchCreate => &LATCHES_CREATED,
-            Event::Countdown => &COUNTDOWNS,
-            Event::LatchOpen => &LATCHES_OPENED,
-            Event::AwaitTimeout => &AWAIT_TIMEOUTS,
+            Event::Acquire => (&ACQUIRES, None),
+            Event::Reenter => (&REENTRIES, None),
+            Event::Release => (&RELEASES, None),
+            Event::Renew => (&RENEWALS, None),
+            Event::Reserve => (&RESERVATIONS_MADE, None),
+            Event::Handoff => (&HANDOFFS, None),
+            Event::Expire => (&LEASE_EXPIRIES, None),
+            Event::Timeout => (&BLOCK_TIMEOUTS, None),
+            Event::AcquireShared => (&SHARED_GRANTS, Some(&ACQUIRES)),
+            Event::ReenterShared => (&SHARED_GRANTS, Some(&REENTRIES)),
+            Event::ReleaseShared => (&RELEASES, None),
+            Event::HandoffShared => (&SHARED_GRANTS, Some(&HANDOFFS)),
+            Event::Deadlock => (&DEADLOCKS, None),
+            Event::LatchCreate => (&LATCHES_CREATED, None),
+            Event::Countdown => (&COUNTDOWNS, None),
+            Event::LatchOpen => (&LATCHES_OPENED, None),
+            Event::AwaitTimeout => (&AWAIT_TIMEOUTS, None),
         }
     }
 
@@ -67,6 +84,11 @@ impl Event {
             Event::Handoff => c"dlock.handoff",
             Event::Expire => c"dlock.expire",
             Event::Timeout | Event::AwaitTimeout => c"dlock.timeout",
+            Event::AcquireShared => c"dlock.acquire.shared",
+            Event::ReenterShared => c"dlock.reenter.shared",
+            Event::ReleaseShared => c"dlock.release.shared",
+            Event::HandoffShared => c"dlock.handoff.shared",
+            Event::Deadlock => c"dlock.deadlock",
             Event::LatchCreate => c"dlock.latch",
             Event::Countdown => c"dlock.countdown",
             Event::LatchOpen => c"dlock.open",
@@ -82,6 +104,8 @@ static RESERVATIONS_MADE: AtomicU64 = AtomicU64::new(0);
 static HANDOFFS: AtomicU64 = AtomicU64::new(0);
 static LEASE_EXPIRIES: AtomicU64 = AtomicU64::new(0);
 static BLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+static SHARED_GRANTS: AtomicU64 = AtomicU64::new(0);
+static DEADLOCKS: AtomicU64 = AtomicU64::new(0);
 static LATCHES_CREATED: AtomicU64 = AtomicU64::new(0);
 static COUNTDOWNS: AtomicU64 = AtomicU64::new(0);
 static LATCHES_OPENED: AtomicU64 = AtomicU64::new(0);
@@ -100,11 +124,15 @@ pub fn record(ctx: Ctx, event: Event, name: KeyName) {
 
 /// Counts `event` where no key event can be published.
 pub fn count(event: Event) {
-    event.counter().fetch_add(1, Ordering::Relaxed);
+    let (counter, also) = event.counters();
+    counter.fetch_add(1, Ordering::Relaxed);
+    if let Some(also) = also {
+        also.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The `INFO dlock` fields.
-pub fn fields() -> [(&'static str, u64); 11] {
+pub fn fields() -> [(&'static str, u64); 13] {
     let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     [
         ("acquires", read(&ACQUIRES)),
@@ -114,6 +142,8 @@ pub fn fields() -> [(&'static str, u64); 11] {
         ("handoffs", read(&HANDOFFS)),
         ("lease_expiries", read(&LEASE_EXPIRIES)),
         ("block_timeouts", read(&BLOCK_TIMEOUTS)),
+        ("shared_grants", read(&SHARED_GRANTS)),
+        ("deadlocks", read(&DEADLOCKS)),
         ("blocked_clients", super::waiters::blocked_count() as u64),
         ("reservations", crate::lock::stored_reservations()),
         ("reservations_made", read(&RESERVATIONS_MADE)),

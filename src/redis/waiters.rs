@@ -104,6 +104,7 @@ pub fn block(
     key: &mut LockKey,
     request: Request<'_>,
     timeout_ms: u64,
+    now_ms: u64,
 ) -> Result<(), CommandError> {
     let id = with_registry(|registry| {
         registry.next_id += 1;
@@ -115,8 +116,11 @@ pub fn block(
         id,
         ttl_ms: request.ttl_ms,
         session: request.session,
+        want: request.want,
     };
-    let seq = lock.enqueue_waiter(request.owner, waiter.clone());
+    let seq = lock
+        .enqueue_waiter(request.owner, waiter.clone(), now_ms)
+        .map_err(|_| CommandError::Deadlock)?;
     let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
     let handle = api!(RedisModule_BlockClient(
         ctx.raw(),
@@ -137,7 +141,7 @@ pub fn block(
         seq,
         owner: request.owner.into(),
         waiter,
-        times_out_at: (timeout_ms > 0).then(|| crate::clock::now_ms().saturating_add(timeout_ms)),
+        times_out_at: (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms)),
     };
     with_registry(|registry| {
         registry.by_handle.insert(handle as usize, id);
@@ -227,7 +231,11 @@ pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>)
         if !is_waiting(id) {
             continue;
         }
-        let seq = lock.enqueue_waiter(&owner, waiter);
+        let now_ms = crate::clock::now_ms();
+        let Ok(seq) = lock.enqueue_waiter(&owner, waiter, now_ms) else {
+            unblock(id, Outcome::Refused);
+            continue;
+        };
         with_registry(|registry| {
             if let Some(record) = registry.records.get_mut(&id) {
                 record.db = db;
