@@ -3,8 +3,8 @@
 
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
-use super::{scheduler, tokens, waiters};
-use crate::lock::{Mode, Step, Want};
+use super::{multiwaiters, scheduler, tokens, waiters};
+use crate::lock::{Mode, Step, WaiterId, Want};
 
 /// What a caller changed in the lock, besides its holds (which the
 /// [`Step`] records), before settling it.
@@ -39,6 +39,12 @@ pub fn settle(
     };
     let now_ms = step.now_ms;
     lock.hand_off(&mut step);
+    // A multi-key request heading the queue, grantable here, is granted by
+    // the scheduler on all its keys at once; nothing else is due now.
+    let multi_head = !step.ready.is_empty();
+    for id in step.ready.drain(..) {
+        multiwaiters::ready_at_a_key(id);
+    }
     for _ in 0..step.expired {
         stats::record(ctx, Event::Expire, name);
     }
@@ -56,7 +62,9 @@ pub fn settle(
         ctx.replicate_delete(name);
         return;
     }
-    let wakeup_at = lock.wakeup_at(now_ms);
+    let wakeup_at = lock
+        .wakeup_at(now_ms)
+        .filter(|at| !(multi_head && *at <= now_ms));
     let changed = step.holds_changed || changes.queue || changes.reserved.is_some();
     if !changed && step.woken.is_empty() {
         if let Some(at) = wakeup_at {
@@ -108,5 +116,10 @@ pub fn settle(
 /// A step on a lock at `now_ms` with the server's token counter and
 /// waiter registry.
 pub fn step(now_ms: u64) -> Step<'static> {
-    Step::new(now_ms, &tokens::issue, &waiters::is_waiting)
+    Step::new(now_ms, &tokens::issue, &is_waiting).with_multi_key(&multiwaiters::contains)
+}
+
+/// Whether a queued waiter, single-key or multi-key, still waits.
+fn is_waiting(id: WaiterId) -> bool {
+    waiters::is_waiting(id) || multiwaiters::is_waiting(id)
 }

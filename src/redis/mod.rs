@@ -9,6 +9,7 @@ pub mod events;
 mod ffi;
 pub mod keyspace;
 pub mod latches;
+pub mod multiwaiters;
 pub mod propagation;
 pub mod registry;
 pub mod scheduler;
