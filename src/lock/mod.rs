@@ -542,6 +542,26 @@ impl Lock {
         Ok(remaining)
     }
 
+    /// Takes back one hold of `mode` granted to `owner` under `token` whose
+    /// grant never reached its client (the server dropped the reply); false
+    /// when that hold is gone already or the owner holds under another token.
+    pub fn revoke(&mut self, owner: &[u8], mode: Mode, token: u64, step: &mut Step<'_>) -> bool {
+        self.expire_holders(step);
+        let granted = self
+            .holders
+            .get(owner)
+            .is_some_and(|hold| hold.token == token && hold.count(mode) > 0);
+        if !granted {
+            return false;
+        }
+        self.holders.update(owner, |hold| match mode {
+            Mode::Exclusive => hold.exclusive -= 1,
+            Mode::Shared => hold.shared -= 1,
+        });
+        self.touch(owner, step);
+        true
+    }
+
     /// Resets the lease of `owner`'s hold (any mode) to `ttl_ms` from now;
     /// returns its token.
     pub fn renew(

@@ -23,7 +23,7 @@ use super::stats::{self, Event};
 use super::waiters::{self, OrphanGroup};
 use super::wakeup;
 use crate::clock;
-use crate::lock::Lock;
+use crate::lock::{Lock, Mode};
 
 /// A context owned by the module for the whole of its life, used to create
 /// timers from places that have none (a value's free callback).
@@ -49,6 +49,19 @@ struct Scheduler {
     /// Lock values unlinked from their key with waiters or a SESSION hold
     /// depending on that place (see [`depart`]).
     departures: Vec<Departure>,
+    /// Holds granted to waiters whose reply Redis dropped: taken back.
+    revoked: Vec<Revocation>,
+}
+
+/// A hold granted to a blocked client that never received the grant (Redis
+/// 7.0 drops the reply of a client unblocked again in the same event-loop
+/// turn, by `CLIENT UNBLOCK` or a disconnect).
+struct Revocation {
+    db: i32,
+    key: Box<[u8]>,
+    owner: Box<[u8]>,
+    mode: Mode,
+    token: u64,
 }
 
 /// A lock value Redis unlinked from its key (DEL, expiry, eviction,
@@ -100,8 +113,10 @@ impl Scheduler {
 
     /// When the timer must next fire.
     fn next_due(&self, now: u64) -> Option<u64> {
-        let urgent =
-            !self.orphans.is_empty() || !self.closed.is_empty() || !self.departures.is_empty();
+        let urgent = !self.orphans.is_empty()
+            || !self.closed.is_empty()
+            || !self.departures.is_empty()
+            || !self.revoked.is_empty();
         let first = self.due.first().map(|(at, _, _)| *at);
         if urgent {
             Some(now)
@@ -227,6 +242,20 @@ pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
     }
 }
 
+/// Takes back, soon, one `mode` hold of `owner` under `token` at
+/// `db`/`key`: it was granted to a client whose reply Redis dropped.
+pub fn revoke_grant(db: i32, key: Box<[u8]>, owner: Box<[u8]>, mode: Mode, token: u64) {
+    let revocation = Revocation {
+        db,
+        key,
+        owner,
+        mode,
+        token,
+    };
+    with_scheduler(|scheduler| scheduler.revoked.push(revocation));
+    arm();
+}
+
 /// Remembers that connection `client` holds a SESSION lock at `db`/`key`.
 pub fn track_session(client: u64, db: i32, key: &[u8]) {
     with_scheduler(|scheduler| {
@@ -274,6 +303,7 @@ pub fn forget_keyspace() {
         scheduler.sessions.clear();
         scheduler.closed.clear();
         scheduler.departures.clear();
+        scheduler.revoked.clear();
     });
 }
 
@@ -378,6 +408,7 @@ fn run_due(ctx: Ctx) {
             scheduler.pending.clear();
             scheduler.orphans.clear();
             scheduler.closed.clear();
+            scheduler.revoked.clear();
             std::mem::take(&mut scheduler.departures)
         })
         .unwrap_or_default();
@@ -415,6 +446,12 @@ fn run_round(ctx: Ctx, now: u64) {
         }
     }
 
+    let revoked =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.revoked)).unwrap_or_default();
+    for revocation in revoked {
+        revoke(ctx, &revocation, now);
+    }
+
     let closed =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.closed)).unwrap_or_default();
     for client in closed {
@@ -446,6 +483,27 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
         let step = keyspace::step(now);
         settle(ctx, name.name(), &mut lock_key, step, Changes::default());
     }
+}
+
+/// Takes back a hold whose grant never reached its client.
+fn revoke(ctx: Ctx, revocation: &Revocation, now: u64) {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(revocation.db, &revocation.key) else {
+        return;
+    };
+    let mut step = keyspace::step(now);
+    let Some(lock) = lock_key.lock_mut() else {
+        return;
+    };
+    let revoked = lock.revoke(
+        &revocation.owner,
+        revocation.mode,
+        revocation.token,
+        &mut step,
+    );
+    if revoked {
+        stats::record(ctx, Event::Release, name.name());
+    }
+    settle(ctx, name.name(), &mut lock_key, step, Changes::default());
 }
 
 fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {

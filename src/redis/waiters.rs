@@ -16,7 +16,7 @@
 //!
 //! All of this runs on Redis's main thread; the registry is a thread-local.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_longlong, c_void};
 
@@ -26,7 +26,7 @@ use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::scheduler;
 use super::stats::{self, Event};
 use crate::commands::CommandError;
-use crate::lock::{Lock, Request, Waiter, WaiterGrant, WaiterId};
+use crate::lock::{Lock, Mode, Request, Waiter, WaiterGrant, WaiterId};
 
 /// Where a blocked client waits, and what it asked for.
 struct Record {
@@ -75,6 +75,13 @@ enum Outcome {
         token: u64,
         holds: u64,
         owner: Box<[u8]>,
+        mode: Mode,
+        /// Where the grant was made: (db, key).
+        place: Option<(i32, Box<[u8]>)>,
+        /// Whether the reply was sent. Redis 7.0 drops the reply of a client
+        /// unblocked twice in one event-loop turn (a grant, then `CLIENT
+        /// UNBLOCK` or a disconnect): such a grant is taken back.
+        delivered: Cell<bool>,
     },
     /// The lock went away under it (its key now holds another type).
     Refused,
@@ -169,11 +176,14 @@ pub fn wake(grant: WaiterGrant) {
         token: grant.grant.token,
         holds: grant.grant.holds,
         owner: grant.owner,
+        mode: grant.grant.mode,
+        place: None,
+        delivered: Cell::new(false),
     };
     unblock(grant.waiter, outcome);
 }
 
-fn unblock(id: WaiterId, outcome: Outcome) {
+fn unblock(id: WaiterId, mut outcome: Outcome) {
     let Some(record) = with_registry(|registry| {
         let record = registry.records.remove(&id)?;
         registry.by_handle.remove(&(record.handle as usize));
@@ -182,6 +192,9 @@ fn unblock(id: WaiterId, outcome: Outcome) {
     .flatten() else {
         return;
     };
+    if let Outcome::Granted { place, .. } = &mut outcome {
+        *place = Some((record.db, record.key.clone()));
+    }
     let reply = Box::into_raw(Box::new(outcome)).cast::<c_void>();
     let status =
         api!(RedisModule_UnblockClient(record.handle, reply) else raw::REDISMODULE_ERR as c_int);
@@ -354,7 +367,10 @@ fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
             token,
             holds,
             owner,
+            delivered,
+            ..
         } => {
+            delivered.set(true);
             ctx.reply_array(3);
             ctx.reply_count(*token);
             ctx.reply_count(*holds);
@@ -427,8 +443,25 @@ extern "C" fn disconnect_callback(
 }
 
 extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
-        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+    if data.is_null() {
+        return;
     }
+    // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
+    let outcome = unsafe { Box::from_raw(data.cast::<Outcome>()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Outcome::Granted {
+            token,
+            owner,
+            mode,
+            place: Some((db, key)),
+            delivered,
+            ..
+        } = *outcome
+        {
+            if !delivered.get() {
+                // Redis dropped the reply: nobody knows of this hold.
+                scheduler::revoke_grant(db, key, owner, mode, token);
+            }
+        }
+    }));
 }
