@@ -1,6 +1,8 @@
 # dlock: `make run` serves the module, `make test` proves it.
 
 PORT ?= 6379
+# The server `make run` starts (e.g. REDIS_SERVER=/path/to/valkey-server).
+REDIS_SERVER ?= redis-server
 FUZZ_SECS ?= 60
 
 .PHONY: all deps build run test lint bench stress fuzz memcheck clean
@@ -13,9 +15,10 @@ deps:
 build: deps
 	cargo build --release
 
-# Starts redis-server in the foreground with the module loaded (see redis.conf).
+# Starts redis-server in the foreground with the module loaded, in
+# target/run/$(PORT)/ with its own copy of redis.conf (scripts/run.sh).
 run: build
-	redis-server ./redis.conf --port $(PORT)
+	./scripts/run.sh $(PORT) $(REDIS_SERVER)
 
 lint: deps
 	cargo fmt --all -- --check

@@ -27,12 +27,29 @@ fn master() -> Server {
     ])
 }
 
-/// DLOCK.INFO fields of `key`, the lease (`pttl`) left out.
+/// DLOCK.INFO fields of `key`, the leases left (`pttl`, and the last
+/// element of each `holders` entry) left out.
 fn state_without_pttl(conn: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
     info(conn, key).map(|fields| {
         fields
             .into_iter()
             .filter(|(name, _)| name != "pttl")
+            .map(|(name, value)| match (name.as_str(), value) {
+                ("holders", Value::Array(holders)) => {
+                    let holders = holders
+                        .into_iter()
+                        .map(|holder| match holder {
+                            Value::Array(mut fields) => {
+                                fields.pop();
+                                Value::Array(fields)
+                            }
+                            other => other,
+                        })
+                        .collect();
+                    (name, Value::Array(holders))
+                }
+                (_, value) => (name, value),
+            })
             .collect()
     })
 }
@@ -373,4 +390,41 @@ fn rename_move_and_copy_change_statistics_of_other_keys_as_without_dlock() {
     acquire(&mut conn, "lock", "A", 60_000).unwrap();
     let seen = statistics_after_moves(&with_dlock);
     assert_eq!(seen, expected);
+}
+
+fn hits_and_misses(conn: &mut Connection) -> (String, String) {
+    (
+        info_field(conn, "stats", "keyspace_hits"),
+        info_field(conn, "stats", "keyspace_misses"),
+    )
+}
+
+#[test]
+fn work_the_module_does_on_its_own_leaves_lock_key_statistics_alone() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let zero = ("0".to_string(), "0".to_string());
+
+    // A lease ends with a waiter queued: the timer hands the lock on.
+    acquire(&mut conn, "short", "A", 300).unwrap();
+    let waiter = block_acquire(&server, "short", "W", 60_000, 10_000);
+    wait_for_waiting(&mut conn, "short", 1);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    waiter.granted();
+    assert_eq!(hits_and_misses(&mut conn), zero, "lease-expiry hand-off");
+
+    // SWAPDB moves a lock with a waiter: the module takes the waiter out.
+    acquire(&mut conn, "job", "A", 60_000).unwrap();
+    let waiter = block_acquire(&server, "job", "B", 60_000, 10_000);
+    wait_for_waiting(&mut conn, "job", 1);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    cmd(&mut conn, &["SWAPDB", "0", "1"]).unwrap();
+    waiter.refused();
+    assert_eq!(hits_and_misses(&mut conn), zero, "SWAPDB");
 }

@@ -410,10 +410,7 @@ const BAD_CALLS: &[(&[&str], &str)] = &[
         &["DLOCK.INFO"],
         "ERR wrong number of arguments for 'dlock.info' command",
     ),
-    (
-        &["DLOCK.INFO", "k", "extra"],
-        "ERR wrong number of arguments",
-    ),
+    (&["DLOCK.INFO", "k", "extra"], "ERR syntax error"),
 ];
 
 #[test]

@@ -1359,3 +1359,36 @@ fn the_last_readers_lease_ending_hands_the_lock_on() {
         vec![entry("r1", 1, 1, token)]
     );
 }
+
+#[test]
+fn an_upgrader_that_leaves_frees_the_upgrade_place() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let (r1, _, _) = shared(&mut conn, "doc", "r1", LONG).unwrap();
+    shared(&mut conn, "doc", "r2", LONG).unwrap();
+    shared(&mut conn, "doc", "r3", LONG).unwrap();
+    // Killed while waiting: it keeps its shared hold, and another reader may
+    // now wait to upgrade.
+    let first = block_acquire(&server, "doc", "r1", LONG, 20_000);
+    wait_for_waiting(&mut conn, "doc", 1);
+    give_up(&mut conn, first);
+    wait_for_waiting(&mut conn, "doc", 0);
+    assert_eq!(holders(&mut conn, "doc")[0].fixed(), entry("r1", 0, 1, r1));
+    // Timed out: the same.
+    block_acquire(&server, "doc", "r2", LONG, 100).refused();
+    let third = block_acquire(&server, "doc", "r3", LONG, 20_000);
+    wait_for_waiting(&mut conn, "doc", 1);
+    assert_eq!(queue(&mut conn, "doc"), strings(&["r3"]));
+    assert!(error_of(
+        &mut conn,
+        &["DLOCK.ACQUIRE", "doc", "r1", "60000", "BLOCK", "100"]
+    )
+    .starts_with("DEADLOCK"));
+    assert_eq!(release_shared(&mut conn, "doc", "r1"), 0);
+    assert_eq!(release_shared(&mut conn, "doc", "r2"), 0);
+    let (token, _) = granted_to(third, "r3", 1);
+    assert_eq!(
+        holder_counts(&mut conn, "doc"),
+        vec![entry("r3", 1, 1, token)]
+    );
+}

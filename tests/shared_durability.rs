@@ -168,7 +168,7 @@ fn assert_same(before: &[State], after: &[State]) {
         if let (Some(was), Some(is)) = (&b.digest, &a.digest) {
             assert_eq!(
                 was, is,
-                "{}: the digest (reservation modes and limits too)",
+                "{}: the digest (reservation modes and limits too); before {b:?}, after {a:?}",
                 b.key
             );
         }
@@ -667,4 +667,57 @@ fn reservation_modes_and_limits_survive_aof_rewrite_and_rdb() {
     ]);
     let mut conn = server.connect();
     assert_same(&before, &state_of(&mut conn, &keys));
+}
+
+/// The AOF logs the same effects as the replication stream: after a batch
+/// of readers follows a sole writer (release or SESSION close), a restart
+/// from the AOF must not bring the writer back beside them.
+#[test]
+fn aof_restores_a_batch_hand_off_without_the_old_writer() {
+    let mut server = Server::with_args(&aof_always_args("no"));
+    let mut conn = server.connect();
+    exclusive(&mut conn, "batch", "w", LONG).unwrap();
+    let mut session = server.connect();
+    let session_id = client_id_of(&mut session);
+    take(
+        &mut session,
+        "DLOCK.ACQUIRE",
+        "batch-session",
+        "w",
+        LONG,
+        &["SESSION"],
+    )
+    .unwrap();
+    let mut readers = Vec::new();
+    for key in ["batch", "batch-session"] {
+        for (queued, owner) in ["r1", "r2"].iter().enumerate() {
+            readers.push(block_shared(&server, key, owner, LONG, 20_000));
+            wait_for_waiting(&mut conn, key, queued as i64 + 1);
+        }
+    }
+    assert_eq!(release(&mut conn, "batch", "w"), 0);
+    int(
+        &mut conn,
+        &["CLIENT", "KILL", "ID", &session_id.to_string()],
+    );
+    for reader in readers {
+        reader.granted();
+    }
+    let keys = ["batch", "batch-session"];
+    let before: Vec<Picture> = keys.iter().map(|k| picture(&mut conn, k)).collect();
+    for picture in &before {
+        let owners: Vec<&str> = picture
+            .as_ref()
+            .unwrap()
+            .5
+            .iter()
+            .map(|h| h.0.as_str())
+            .collect();
+        assert_eq!(owners, ["r1", "r2"]);
+    }
+    server.kill();
+    server.restart();
+    let mut conn = server.connect();
+    let after: Vec<Picture> = keys.iter().map(|k| picture(&mut conn, k)).collect();
+    assert_eq!(after, before, "the AOF brought back the old writer");
 }

@@ -44,6 +44,7 @@ use super::parser::{is_keyword, parse_limit, parse_timeout, ArgCursor, ArgSource
 use super::{CommandError, CommandResult};
 use crate::clock;
 use crate::lock::{Grant, Lock, Mode, Request, Want};
+use crate::redis::audit::Fact;
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
 use crate::redis::{scheduler, waiters, Argv, Ctx, KeyName};
@@ -122,14 +123,22 @@ impl<'a> Acquire<'a> {
         };
         let mut key = ctx.open_lock(name, true)?;
         scheduler::adopt_orphans_at(ctx, name, &mut key);
-        let now_ms = clock::now_ms();
+        // The clock, read once: leases and the token floor.
+        let now_us = clock::now_us();
+        let now_ms = now_us / 1_000;
         let lock = match key.lock_mut() {
             Some(lock) => lock,
             None => key.insert(Lock::new())?,
         };
-        let mut step = keyspace::step(now_ms);
+        let issue = keyspace::token_issuer(now_us);
+        let mut step = keyspace::step_at(now_us, &issue);
         if let Some(grant) = lock.acquire(request, &mut step) {
-            stats::record(ctx, grant_event(grant), name);
+            let fact = Fact {
+                owner,
+                token: grant.token,
+                holds: grant.holds,
+            };
+            stats::record_fact(ctx, grant_event(grant), name, fact);
             let changes = Changes {
                 session: request.session.filter(|_| !grant.reentry),
                 ..Changes::default()
@@ -158,8 +167,13 @@ impl<'a> Acquire<'a> {
             Fallback::Reserve { .. } if self.owner == OwnerArg::Generate => Changes::default(),
             Fallback::Reserve { for_ms } => {
                 let deadline_ms = now_ms.saturating_add(for_ms);
-                if lock.reserve(owner, self.want, deadline_ms) {
-                    stats::record(ctx, Event::Reserve, name);
+                if lock.reserve(owner, self.want, deadline_ms, now_ms) {
+                    let fact = Fact {
+                        owner,
+                        token: 0,
+                        holds: 0,
+                    };
+                    stats::record_fact(ctx, Event::Reserve, name, fact);
                     Changes {
                         reserved: Some((owner, deadline_ms, self.want)),
                         ..Changes::default()

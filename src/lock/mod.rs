@@ -9,12 +9,15 @@
 //! instant up to and including its deadline, exactly like a Redis key whose
 //! expire time is that deadline: the lock is free once `now > deadline`.
 
+pub mod audit;
 pub mod codec;
 mod holders;
+mod owner;
 mod queue;
 mod token;
 
 pub use holders::{Hold, Holders};
+pub use owner::OwnerName;
 pub use queue::{
     stored_reservations, Entry, EntryKind, Queue, Waiter, WaiterId, Want, UPGRADE_SEQ,
 };
@@ -95,8 +98,8 @@ pub struct Step<'a> {
     /// A hold changed while the lock had one holder or none: `touched` does
     /// not list every change, and the whole holder set must be replicated.
     pub whole: bool,
-    /// Holds dropped because their lease had ended.
-    pub expired: usize,
+    /// Holds dropped because their lease had ended (as they were).
+    pub expired: Vec<Hold>,
     /// Whether any hold began, changed or ended.
     pub holds_changed: bool,
 }
@@ -114,7 +117,7 @@ impl<'a> Step<'a> {
             woken: Vec::new(),
             touched: Vec::new(),
             whole: false,
-            expired: 0,
+            expired: Vec::new(),
             holds_changed: false,
         }
     }
@@ -315,8 +318,8 @@ impl Lock {
             return;
         }
         for hold in self.holders.remove_expired(step.now_ms) {
-            step.expired += 1;
             self.touch(&hold.owner, step);
+            step.expired.push(hold);
         }
     }
 
@@ -425,14 +428,17 @@ impl Lock {
     /// owner), or already holding the lock (an upgrade that cannot be
     /// granted), keeps no reservation. Returns whether one was made or
     /// refreshed.
-    pub fn reserve(&mut self, owner: &[u8], want: Want, deadline_ms: u64) -> bool {
+    ///
+    /// A new reservation records `now_ms` as the moment its owner joined
+    /// the queue (for `DLOCK.INFO key FULL`); a refresh keeps the first.
+    pub fn reserve(&mut self, owner: &[u8], want: Want, deadline_ms: u64, now_ms: u64) -> bool {
         let kind = EntryKind::Reservation { deadline_ms, want };
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
             None if !self.queue.seqs_of(owner).is_empty() => return false,
             None if self.holders.get(owner).is_some() => return false,
             None => {
-                self.queue.push(owner, kind);
+                self.queue.push(owner, kind, now_ms);
             }
         }
         true
@@ -445,7 +451,8 @@ impl Lock {
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
             None => {
-                self.queue.push(owner, kind);
+                // When it was made is not persisted: unknown.
+                self.queue.push(owner, kind, 0);
             }
         }
     }
@@ -468,7 +475,7 @@ impl Lock {
         // becomes a re-entry once the upgrade is granted.
         let second_of_upgrader = self.queue.upgrading_owner() == Some(owner);
         if upgrading && !second_of_upgrader {
-            if self.queue.push_upgrade(owner, waiter) {
+            if self.queue.push_upgrade(owner, waiter, now_ms) {
                 return Ok(UPGRADE_SEQ);
             }
             return Err(Deadlock);
@@ -478,7 +485,7 @@ impl Lock {
                 self.queue.replace(seq, EntryKind::Waiter(waiter));
                 seq
             }
-            None => self.queue.push(owner, EntryKind::Waiter(waiter)),
+            None => self.queue.push(owner, EntryKind::Waiter(waiter), now_ms),
         })
     }
 
@@ -556,14 +563,14 @@ impl Lock {
     }
 
     /// Releases every hold tied to connection `client` (SESSION); returns
-    /// whether there was one.
-    pub fn end_session(&mut self, client: u64, step: &mut Step<'_>) -> bool {
+    /// the holds that ended.
+    pub fn end_session(&mut self, client: u64, step: &mut Step<'_>) -> Vec<Hold> {
         self.expire_holders(step);
         let ended = self.holders.remove_session(client);
         for hold in &ended {
             self.touch(&hold.owner, step);
         }
-        !ended.is_empty()
+        ended
     }
 
     /// Hands the lock on: drops holders whose lease ended, expired
@@ -590,6 +597,7 @@ impl Lock {
             let Some(Entry {
                 owner,
                 kind: EntryKind::Waiter(waiter),
+                ..
             }) = self.queue.remove(seq)
             else {
                 return;
@@ -772,6 +780,8 @@ impl Lock {
     }
 }
 
+#[cfg(test)]
+mod queue_time_tests;
 #[cfg(test)]
 mod shared_tests;
 #[cfg(test)]

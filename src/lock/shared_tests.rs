@@ -341,7 +341,7 @@ proptest! {
                             }
                             Op::Fair { .. } => {
                                 let deadline = now + RESERVATION_MS;
-                                let made = lock.reserve(OWNERS[owner], want, deadline);
+                                let made = lock.reserve(OWNERS[owner], want, deadline, 0);
                                 let reserved_at = model.places.iter().position(|p| matches!(p, Place::Reserved { owner: o, .. } if *o == owner));
                                 let queued = model.places.iter().any(|p| p.owner() == owner);
                                 let holds = model.holders.contains_key(&owner);
@@ -417,7 +417,7 @@ proptest! {
                     .holders()
                     .iter()
                     .filter(|hold| hold.is_live(now))
-                    .map(|h| (h.owner.clone(), h.exclusive, h.shared, h.token, h.deadline_ms))
+                    .map(|h| (h.owner.as_bytes().into(), h.exclusive, h.shared, h.token, h.deadline_ms))
                     .collect();
                 all.sort();
                 all

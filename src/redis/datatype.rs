@@ -14,11 +14,14 @@ use redis_module::raw;
 
 use super::ffi::{api, KeyName};
 use super::stats::{self, Event};
-use super::{scheduler, tokens, waiters};
+use super::{audit, scheduler, tokens, waiters};
 use crate::lock::codec::{self, reservations, Sink, Source};
 use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
 
-static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+thread_local! {
+    /// True on Redis's main thread (set in the module's init, which runs there).
+    static ON_MAIN_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// Records Redis's main thread and declares the module's options; called
 /// from the module's init:
@@ -29,14 +32,16 @@ static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::Once
 ///   module keeps the two apart (see [`super::events`]). Servers without
 ///   async loading ignore the flag.
 pub fn init(ctx: &redis_module::Context) {
-    let _ = MAIN_THREAD.set(std::thread::current().id());
+    ON_MAIN_THREAD.with(|main| main.set(true));
     let options =
         raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
     api!(RedisModule_SetModuleOptions(ctx.ctx, options as c_int) else ());
 }
 
 fn on_main_thread() -> bool {
-    MAIN_THREAD.get() == Some(&std::thread::current().id())
+    ON_MAIN_THREAD
+        .try_with(std::cell::Cell::get)
+        .unwrap_or(false)
 }
 
 /// The type name shown by TYPE; exactly 9 characters, as Redis requires.
@@ -72,6 +77,55 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save2: None,
     },
 );
+
+/// What `redis_module!` registers as the module's data type: creates
+/// [`LOCK_TYPE`], first quieting the crate's defrag notice.
+pub struct LockTypeRegistration;
+
+/// The `data_types:` entry of the module (see [`LockTypeRegistration`]).
+pub static LOCK_TYPE_REGISTRATION: LockTypeRegistration = LockTypeRegistration;
+
+impl LockTypeRegistration {
+    /// Called by the OnLoad that `redis_module!` generates, after
+    /// `RedisModule_Init` and before the crate registers defrag callbacks.
+    pub fn create_data_type(&self, ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
+        quiet_defrag_notice(ctx);
+        LOCK_TYPE.create_data_type(ctx)
+    }
+}
+
+/// redis-module 2.0.8's OnLoad logs "Skip register defrag callbacks as
+/// defrag callbacks is not supported on the current Redis server." at
+/// warning level on every server without `RedisModule_RegisterDefragCallbacks`
+/// (Redis 7.0, Valkey), although dlock registers no defrag callbacks and
+/// loses nothing. The line is not dlock's and its level is fixed in the
+/// crate, so where the API is missing this fills the crate's function
+/// pointer with a stand-in that registers nothing (the crate calls it only
+/// when defrag callbacks exist, and dlock has none) and logs the fact at
+/// verbose level instead.
+fn quiet_defrag_notice(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: Redis filled the API pointers in RedisModule_Init on this
+    // (main) thread; nothing reads them concurrently during OnLoad.
+    let missing =
+        unsafe { std::ptr::addr_of!(raw::RedisModule_RegisterDefragCallbacks).read() }.is_none();
+    if missing {
+        // SAFETY: as above; the stand-in has the pointer's exact signature.
+        unsafe { raw::RedisModule_RegisterDefragCallbacks = Some(no_defrag_callbacks) };
+        redis_module::Context::new(ctx).log_verbose(
+            "dlock: this server has no defrag callbacks API; dlock registers none, nothing is lost",
+        );
+    }
+}
+
+/// Stands in for `RedisModule_RegisterDefragCallbacks` on servers without
+/// it: there is nothing to register.
+unsafe extern "C" fn no_defrag_callbacks(
+    _ctx: *mut raw::RedisModuleCtx,
+    _start: raw::RedisModuleDefragFunc,
+    _end: raw::RedisModuleDefragFunc,
+) -> c_int {
+    raw::REDISMODULE_OK as c_int
+}
 
 /// Runs a callback body, turning a panic into `fallback` (a panic unwinding
 /// into Redis would abort the server).
@@ -301,6 +355,24 @@ unsafe extern "C" fn free(value: *mut c_void) {
     }));
 }
 
+/// For the audit channel: the holds of a value Redis takes off its key
+/// after their leases ended (Redis expiring the key, or a DEL after the
+/// lease) are published as `expire`.
+fn publish_ended_leases(ctx: *mut raw::RedisModuleKeyOptCtx, lock: &Lock) {
+    let now = crate::clock::now_ms();
+    if lock.holders().iter().all(|hold| hold.is_live(now)) {
+        return;
+    }
+    let key = api!(RedisModule_GetKeyNameFromOptCtx(ctx) else std::ptr::null());
+    if key.is_null() {
+        return;
+    }
+    let db = api!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+    let name = KeyName::from_raw(key.cast_mut());
+    let ended = lock.holders().iter().filter(|hold| !hold.is_live(now));
+    audit::publish_ended(db, name.bytes(), ended);
+}
+
 /// Redis took the value off its key: deleted (DEL, UNLINK, expiry,
 /// eviction, overwrite; `free` follows at once) or moved (RENAME, MOVE;
 /// nothing follows). Most locks have neither waiters nor a SESSION hold and
@@ -319,6 +391,9 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c
         let Some(lock) = (unsafe { value.cast_mut().cast::<Lock>().as_mut() }) else {
             return;
         };
+        if audit::is_on() {
+            publish_ended_leases(ctx, lock);
+        }
         let has_session = lock.holders().iter().any(|hold| hold.session.is_some());
         if lock.queue().waiter_count() == 0 && !has_session {
             return;

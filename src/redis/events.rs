@@ -118,7 +118,7 @@ unsafe extern "C" fn on_swapdb(
         let previous_db = ctx.selected_db();
         for (id, db, key, seq) in &moved {
             let now_in = if *db == first { second } else { first };
-            if let Some((mut lock_key, _name)) = ctx.open_lock_in(now_in, key, false) {
+            if let Some((mut lock_key, _name)) = ctx.open_lock_in(now_in, key) {
                 if let Some(lock) = lock_key.lock_mut() {
                     lock.remove_waiter(*seq, *id);
                 }

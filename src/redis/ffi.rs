@@ -160,6 +160,10 @@ impl Ctx {
         } else {
             raw::REDISMODULE_READ
         };
+        self.open_lock_mode(name, mode)
+    }
+
+    fn open_lock_mode(self, name: KeyName, mode: u32) -> Result<LockKey, CommandError> {
         let key =
             api!(RedisModule_OpenKey(self.raw, name.raw, mode as c_int) else std::ptr::null_mut());
         if key.is_null() {
@@ -183,17 +187,19 @@ impl Ctx {
     /// runs outside a command (timers, events, blocked-client callbacks).
     /// `None` when the database does not exist or the key holds another
     /// type. The caller restores the selected database if it must.
-    pub fn open_lock_in(
-        self,
-        db: i32,
-        key: &[u8],
-        writable: bool,
-    ) -> Option<(LockKey, OwnedKeyName)> {
+    ///
+    /// No client asked for the key: it is looked up as a write (Redis counts
+    /// no keyspace hit or miss and publishes no `keymiss`) without touching
+    /// its LRU/LFU access time, so that only lock commands change a lock
+    /// key's statistics.
+    pub fn open_lock_in(self, db: i32, key: &[u8]) -> Option<(LockKey, OwnedKeyName)> {
         if !self.select_db(db) {
             return None;
         }
         let name = self.key_name(key);
-        let lock_key = self.open_lock(name.name(), writable).ok()?;
+        let mode =
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE | raw::REDISMODULE_OPEN_KEY_NOTOUCH;
+        let lock_key = self.open_lock_mode(name.name(), mode).ok()?;
         Some((lock_key, name))
     }
 

@@ -1,6 +1,7 @@
 //! Settling a lock key after a change: the one place that turns the pure
 //! lock's state into Redis state.
 
+use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
 use super::{scheduler, tokens, waiters};
@@ -39,8 +40,13 @@ pub fn settle(
     };
     let now_ms = step.now_ms;
     lock.hand_off(&mut step);
-    for _ in 0..step.expired {
-        stats::record(ctx, Event::Expire, name);
+    for hold in &step.expired {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: hold.total(),
+        };
+        stats::record_fact(ctx, Event::Expire, name, fact);
     }
     for grant in &step.woken {
         let event = match (grant.grant.reentry, grant.grant.mode) {
@@ -49,7 +55,12 @@ pub fn settle(
             (false, Mode::Exclusive) => Event::Handoff,
             (false, Mode::Shared) => Event::HandoffShared,
         };
-        stats::record(ctx, event, name);
+        let fact = Fact {
+            owner: &grant.owner,
+            token: grant.grant.token,
+            holds: grant.grant.holds,
+        };
+        stats::record_fact(ctx, event, name, fact);
     }
     if lock.is_vacant(now_ms) {
         key.delete();
@@ -104,4 +115,17 @@ fn replicate_holders(ctx: Ctx, name: KeyName, lock: &Lock, step: &mut Step<'_>) 
 /// waiter registry.
 pub fn step(now_ms: u64) -> Step<'static> {
     Step::new(now_ms, &tokens::issue, &waiters::is_waiting)
+}
+
+/// A command's step at `now_us` (the clock read once for the whole
+/// command): leases count its milliseconds, and `issue` (made by
+/// [`token_issuer`] from the same instant) gives new tokens its
+/// microseconds as their floor.
+pub fn step_at<'a>(now_us: u64, issue: &'a dyn Fn() -> u64) -> Step<'a> {
+    Step::new(now_us / 1_000, issue, &waiters::is_waiting)
+}
+
+/// Issues tokens with `now_us` as their floor, without reading the clock.
+pub fn token_issuer(now_us: u64) -> impl Fn() -> u64 {
+    move || tokens::issue_at(now_us)
 }

@@ -2,6 +2,7 @@
 //! clients, timers, events and replication. All `unsafe` code of the crate
 //! lives here, mostly in [`ffi`].
 
+pub mod audit;
 mod command_info;
 pub mod datatype;
 pub mod events;
@@ -13,5 +14,6 @@ pub mod scheduler;
 pub mod stats;
 pub mod tokens;
 pub mod waiters;
+mod wakeup;
 
 pub use ffi::{Argv, Ctx, KeyName, LockKey};

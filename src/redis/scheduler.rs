@@ -16,10 +16,12 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
+use super::audit::Fact;
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{self, settle, Changes};
 use super::stats::{self, Event};
 use super::waiters::{self, OrphanGroup};
+use super::wakeup;
 use crate::clock;
 use crate::lock::Lock;
 
@@ -130,6 +132,7 @@ pub fn init(ctx: &redis_module::Context) {
     let detached =
         api!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
     TIMER_CONTEXT.store(detached, Ordering::Relaxed);
+    wakeup::init(on_precise_wakeup);
 }
 
 /// Asks for the lock at `db`/`key` to be looked at when `at_ms` has come.
@@ -306,17 +309,35 @@ fn arm() {
         }
         api!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()) else 0);
     }
-    // Redis timers count whole milliseconds from now. Rounding the wait down
-    // (on the microsecond clock) fires at most 1 ms early, and an early fire
-    // finds nothing due and re-arms with 0 ms until the instant comes, so a
-    // lease ends with its hand-off within the event loop's latency instead
-    // of up to a millisecond later.
+    // Redis timers count whole milliseconds from now and fire at the
+    // earliest then: rounding the wait up, the timer never fires before
+    // the instant (an early fire would re-arm, and a timer re-armed from a
+    // timer callback waits at least another millisecond). The exact
+    // instant comes from the wake-up (see [`wakeup`]); this timer is its
+    // fallback.
     let due_us = next.saturating_mul(1_000);
-    let delay = due_us.saturating_sub(clock::now_us()) / 1_000;
+    let delay = due_us.saturating_sub(clock::now_us()).div_ceil(1_000);
     let delay = i64::try_from(delay).unwrap_or(i64::MAX);
     let timer =
         api!(RedisModule_CreateTimer(ctx, delay, Some(on_timer), std::ptr::null_mut()) else 0);
     with_scheduler(|scheduler| scheduler.armed = Some((timer, next)));
+    wakeup::wake_at_us(due_us);
+}
+
+/// The event loop woke at the instant the armed timer is due (see
+/// [`wakeup`]): the timer is re-armed for now, outside any timer callback,
+/// so Redis runs it in this same turn of the event loop.
+fn on_precise_wakeup() {
+    let ctx = TIMER_CONTEXT.load(Ordering::Relaxed);
+    let Some((timer, at)) = with_scheduler(|scheduler| scheduler.armed).flatten() else {
+        return;
+    };
+    if ctx.is_null() || at.saturating_mul(1_000) > clock::now_us() {
+        return;
+    }
+    api!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()) else 0);
+    let timer = api!(RedisModule_CreateTimer(ctx, 0, Some(on_timer), std::ptr::null_mut()) else 0);
+    with_scheduler(|scheduler| scheduler.armed = Some((timer, at)));
 }
 
 /// While clients are paused (`CLIENT PAUSE`, `FAILOVER`, a Cluster manual
@@ -418,7 +439,7 @@ fn run_round(ctx: Ctx, now: u64) {
 
 /// Hands on, re-arms or deletes the lock at `db`/`key` as its state requires.
 fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key) else {
         return;
     };
     if lock_key.lock().is_some() {
@@ -428,15 +449,20 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
 }
 
 fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key) else {
         return;
     };
     let mut step = keyspace::step(now);
     let Some(lock) = lock_key.lock_mut() else {
         return;
     };
-    if lock.end_session(client, &mut step) {
-        stats::record(ctx, Event::Release, name.name());
+    for hold in lock.end_session(client, &mut step) {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: 0,
+        };
+        stats::record_fact(ctx, Event::Release, name.name(), fact);
     }
     settle(ctx, name.name(), &mut lock_key, step, Changes::default());
 }
@@ -459,7 +485,7 @@ fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
         waiters::refuse(entries);
         return;
     }
-    let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key, true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key) else {
         waiters::refuse(entries);
         return;
     };

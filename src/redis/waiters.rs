@@ -39,6 +39,8 @@ struct Record {
     waiter: Waiter,
     /// When Redis times the client out (ms since the epoch); None: never.
     times_out_at: Option<u64>,
+    /// The blocked client's id (`CLIENT LIST`, `CLIENT KILL ID`).
+    client: u64,
 }
 
 /// A waiter whose BLOCK timeout is this close is passed over by hand-offs:
@@ -89,6 +91,16 @@ pub fn is_waiting(id: WaiterId) -> bool {
         })
     })
     .unwrap_or(false)
+}
+
+/// A blocked waiter as `DLOCK.INFO key FULL` shows it: its client id and
+/// when its `BLOCK` timeout ends (None: `BLOCK 0`).
+pub fn describe(id: WaiterId) -> Option<(u64, Option<u64>)> {
+    with_registry(|registry| {
+        let record = registry.records.get(&id)?;
+        Some((record.client, record.times_out_at))
+    })
+    .flatten()
 }
 
 /// Number of blocked clients.
@@ -142,6 +154,7 @@ pub fn block(
         owner: request.owner.into(),
         waiter,
         times_out_at: (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms)),
+        client: ctx.client_id(),
     };
     with_registry(|registry| {
         registry.by_handle.insert(handle as usize, id);
@@ -309,16 +322,20 @@ pub fn refuse(waiters: Vec<QueuedWaiter>) {
     }
 }
 
+/// A departed waiter's key and owner.
+type Departed = (Box<[u8]>, Box<[u8]>);
+
 /// A waiter left (timeout, disconnect): takes it out of its queue and
-/// releases Redis's handle. Returns false if it was no longer waiting.
-fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u8]>> {
+/// releases Redis's handle. Returns its key and owner, or None if it was no
+/// longer waiting.
+fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Departed> {
     let (id, record) = with_registry(|registry| {
         let id = registry.by_handle.remove(&(handle as usize))?;
         registry.records.remove(&id).map(|record| (id, record))
     })
     .flatten()?;
     let previous_db = ctx.selected_db();
-    if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key, true) {
+    if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key) {
         if let Some(lock) = key.lock_mut() {
             lock.remove_waiter(record.seq, id);
         }
@@ -328,7 +345,7 @@ fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u
     // vacant, hand it on) where propagation is safe.
     scheduler::wake_at(crate::clock::now_ms(), record.db, &record.key);
     api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    Some(record.key)
+    Some((record.key, record.owner))
 }
 
 fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
@@ -384,9 +401,14 @@ extern "C" fn timeout_callback(
             return;
         }
         let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
-        if let Some(key) = (!handle.is_null()).then(|| depart(ctx, handle)).flatten() {
+        if let Some((key, owner)) = (!handle.is_null()).then(|| depart(ctx, handle)).flatten() {
             let name = ctx.key_name(&key);
-            stats::record(ctx, Event::Timeout, name.name());
+            let fact = super::audit::Fact {
+                owner: &owner,
+                token: 0,
+                holds: 0,
+            };
+            stats::record_fact(ctx, Event::Timeout, name.name(), fact);
         }
         ctx.reply_null();
     });
