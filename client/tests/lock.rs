@@ -517,3 +517,61 @@ async fn replicas_confirm_the_grant_or_the_lock_is_released() {
     );
     guard.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_reply_the_server_drops_is_released() {
+    // redis-server 7.0 drops the reply of a waiter that is granted the lock
+    // and unblocked by CLIENT UNBLOCK in the same event-loop turn (here: one
+    // MULTI), leaving the lock held in the waiter's name. The client's read
+    // timeout ends the wait, its PING finds the reply missing, and the
+    // generated owner's hold is released.
+    let server = Server::start();
+    let mut conn = server.connect();
+    let config = dlock_client::Config::default().wait_margin(Duration::from_millis(300));
+    let dlock =
+        dlock_client::Client::open_with(format!("redis://127.0.0.1:{}/", server.port), config)
+            .await
+            .unwrap();
+    common::acquire(&mut conn, "dropped", "holder", 30_000).unwrap();
+    let attempt = tokio::spawn({
+        let dlock = dlock.clone();
+        async move {
+            dlock
+                .lock("dropped")
+                .wait(Duration::from_secs(1))
+                .acquire()
+                .await
+        }
+    });
+    eventually("the acquire waits", Duration::from_secs(5), || {
+        common::waiting(&mut conn, "dropped") == 1
+    })
+    .await;
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+    let waiter = clients
+        .lines()
+        .find(|line| line.contains("cmd=dlock.acquire"))
+        .and_then(|line| line.strip_prefix("id="))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("the waiting connection")
+        .to_string();
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("DLOCK.RELEASE")
+        .arg("dropped")
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(&waiter)
+        .query(&mut conn)
+        .unwrap();
+    match attempt.await.unwrap() {
+        Ok(guard) => guard.release().await.unwrap(), // a server that delivers it
+        Err(Error::Timeout) => {}
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+    eventually("no hold left behind", Duration::from_secs(2), || {
+        common::info(&mut conn, "dropped").is_none()
+    })
+    .await;
+}
