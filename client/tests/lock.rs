@@ -300,6 +300,13 @@ async fn a_killed_server_makes_the_guard_lost_within_one_lease() {
         .await
         .unwrap();
     let lost = guard.lost();
+    eventually(
+        "the lease was renewed twice",
+        Duration::from_secs(5),
+        || dlock.renewal_rounds() >= 2,
+    )
+    .await;
+    assert!(guard.is_held());
     server.kill();
     let killed = Instant::now();
     tokio::time::timeout(SHORT_LEASE, lost)
