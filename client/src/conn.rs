@@ -45,9 +45,14 @@ impl Opener {
     pub(crate) async fn shared(&self, config: &Config) -> RedisResult<Shared> {
         match self {
             Opener::Standalone(client) => {
+                // Few reconnect attempts per failing command: a lock client
+                // should fail fast (the watchdog tries again on its own,
+                // and every later command starts a new reconnect).
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(config.connect_timeout))
-                    .set_response_timeout(Some(config.response_timeout));
+                    .set_response_timeout(Some(config.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
                 let manager = client
                     .get_connection_manager_with_config(manager_config)
                     .await?;

@@ -317,6 +317,21 @@ async fn a_killed_server_makes_the_guard_lost_within_one_lease() {
     // Releasing a lost guard against a dead server reports the connection
     // error, but never panics.
     let _ = guard.release().await;
+
+    // The client reconnects once the server is back.
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let guard = loop {
+        match dlock.lock("gone").acquire().await {
+            Ok(guard) => break guard,
+            Err(error) if error.is_connection_error() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(other) => panic!("no reconnect: {other:?}"),
+        }
+    };
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
