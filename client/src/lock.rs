@@ -407,7 +407,7 @@ impl LockBuilder {
                     .and_then(|value| self.granted(value, &owner, sent, None)),
             );
         }
-        let mut conn = match inner.pool.take(&inner.opener, &inner.config).await {
+        let mut conn = match inner.pool.take(&inner.opener, &inner.config, &key).await {
             Ok(conn) => conn,
             Err(error) => return Some(Err(error.into())),
         };

@@ -300,6 +300,16 @@ async fn a_killed_server_makes_the_guard_lost_within_one_lease() {
         .await
         .unwrap();
     let lost = guard.lost();
+    // A blocking request leaves a connection in the pool.
+    dlock
+        .lock("pooled")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     eventually(
         "the lease was renewed twice",
         Duration::from_secs(5),
@@ -332,6 +342,15 @@ async fn a_killed_server_makes_the_guard_lost_within_one_lease() {
     };
     assert!(guard.is_held());
     guard.release().await.unwrap();
+    // The pooled connection died with the server: it is replaced, and the
+    // first blocking request after the restart succeeds.
+    let waited = dlock
+        .lock("pooled")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap();
+    waited.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
