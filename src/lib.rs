@@ -18,6 +18,7 @@ mod module {
     use crate::commands::fair::FAIR_RESERVATION_MS;
     use crate::redis::audit::AUDIT_CHANNEL;
     use crate::redis::datatype::{self, LOCK_TYPE_REGISTRATION};
+    use crate::redis::grace::{self, GRACE_MS, MAX_LEASE_MS};
     use crate::redis::{events, registry, scheduler, stats};
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
@@ -26,6 +27,7 @@ mod module {
         datatype::init(ctx);
         crate::redis::audit::init(ctx);
         scheduler::init(ctx);
+        grace::init(ctx);
         if let Err(name) = registry::register_commands(ctx) {
             ctx.log_warning(&format!("dlock: failed to register {name:?}"));
             return Status::Err;
@@ -50,6 +52,9 @@ mod module {
         configurations: [
             i64: [
                 ["fair-reservation-ms", &FAIR_RESERVATION_MS, 5_000, 1, (1 << 53) - 1, ConfigurationFlags::DEFAULT, None],
+                // Registered (so applied at startup) max-lease-ms first: grace-ms is checked against it.
+                ["max-lease-ms", &MAX_LEASE_MS, 0, 0, (1 << 53) - 1, ConfigurationFlags::DEFAULT, None],
+                ["grace-ms", &GRACE_MS, 0, 0, (1 << 53) - 1, ConfigurationFlags::DEFAULT, None],
             ],
             string: [
                 ["audit-channel", &AUDIT_CHANNEL, "", ConfigurationFlags::DEFAULT, None],

@@ -38,6 +38,7 @@ impl<'a> Renew<'a> {
     }
 
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
+        crate::redis::grace::check_lease(self.ttl_ms)?;
         let mut key = ctx.open_lock(name, true)?;
         // The clock, read once: leases and the token floor of hand-offs.
         let now_us = clock::now_us();

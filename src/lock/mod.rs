@@ -11,6 +11,7 @@
 
 pub mod audit;
 pub mod codec;
+pub mod grace;
 mod holders;
 mod owner;
 mod queue;

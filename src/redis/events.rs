@@ -7,7 +7,7 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::ffi::Ctx;
-use super::{propagation, scheduler, tokens, waiters};
+use super::{grace, propagation, scheduler, tokens, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
@@ -21,7 +21,7 @@ pub fn subscribe(ctx: &redis_module::Context) -> bool {
             raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE,
             Some(on_listener_change),
         ),
-        (raw::REDISMODULE_EVENT_LOADING, Some(on_listener_change)),
+        (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
         (raw::REDISMODULE_EVENT_CONFIG, Some(on_listener_change)),
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
         (
@@ -58,7 +58,7 @@ unsafe extern "C" fn on_listener_change(
 }
 
 unsafe extern "C" fn on_role_change(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut std::os::raw::c_void,
@@ -66,6 +66,25 @@ unsafe extern "C" fn on_role_change(
     propagation::reconsider();
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
         let _ = std::panic::catch_unwind(waiters::refuse_all);
+    }
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
+        let ctx = Ctx::from_raw(ctx);
+        let _ = std::panic::catch_unwind(|| grace::open(ctx, "promoted to master"));
+    }
+}
+
+/// Loading data (RDB, AOF, a full sync) may start or stop the replication
+/// stream; its end opens a grace window.
+unsafe extern "C" fn on_loading(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut std::os::raw::c_void,
+) {
+    propagation::reconsider();
+    if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
+        let ctx = Ctx::from_raw(ctx);
+        let _ = std::panic::catch_unwind(|| grace::open(ctx, "data loaded"));
     }
 }
 

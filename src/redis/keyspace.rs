@@ -4,8 +4,8 @@
 use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
-use super::{scheduler, tokens, waiters};
-use crate::lock::{HolderEffect, Lock, Mode, Step, Want};
+use super::{grace, scheduler, tokens, waiters};
+use crate::lock::{self, HolderEffect, Lock, Mode, Step, Want};
 
 /// What a caller changed in the lock, besides its holds (which the
 /// [`Step`] records), before settling it.
@@ -39,7 +39,9 @@ pub fn settle(
         return;
     };
     let now_ms = step.now_ms;
-    lock.hand_off(&mut step);
+    // No hand-off while a grace window is open (and no look before it closes).
+    let window = grace::window(now_ms);
+    lock::grace::hand_off(lock, window, &mut step);
     for hold in &step.expired {
         let fact = Fact {
             owner: &hold.owner,
@@ -67,7 +69,7 @@ pub fn settle(
         ctx.replicate_delete(name);
         return;
     }
-    let wakeup_at = lock.wakeup_at(now_ms);
+    let wakeup_at = lock::grace::wakeup_at(lock, window, now_ms);
     let changed = step.holds_changed || changes.queue || changes.reserved.is_some();
     if !changed && step.woken.is_empty() {
         if let Some(at) = wakeup_at {

@@ -7,6 +7,7 @@ mod command_info;
 pub mod datatype;
 pub mod events;
 mod ffi;
+pub mod grace;
 pub mod keyspace;
 pub mod propagation;
 pub mod registry;

@@ -131,8 +131,9 @@ pub fn count(event: Event) {
 }
 
 /// The `INFO dlock` fields.
-pub fn fields() -> [(&'static str, u64); 13] {
+pub fn fields() -> [(&'static str, u64); 16] {
     let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let [grace_remaining, grace_deferred, grace_windows] = super::grace::fields();
     [
         ("acquires", read(&ACQUIRES)),
         ("reentries", read(&REENTRIES)),
@@ -147,6 +148,9 @@ pub fn fields() -> [(&'static str, u64); 13] {
         ("reservations", crate::lock::stored_reservations()),
         ("reservations_made", read(&RESERVATIONS_MADE)),
         ("last_token", super::tokens::last()),
+        grace_remaining,
+        grace_deferred,
+        grace_windows,
     ]
 }
 
