@@ -1497,3 +1497,53 @@ fn readers_writers_and_semaphores_work_on_every_shard() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// The count-down latch.
+// ---------------------------------------------------------------------------
+
+/// Latches route on their key like locks: one on every master, `MOVED`
+/// from the others, awaiters answered on each shard when the latch opens,
+/// and the shard's replica follows.
+#[test]
+fn latches_route_on_their_key_and_open_on_every_shard() {
+    let cluster = Cluster::start();
+    let shards = cluster.settled("the cluster", |_| true);
+    let mut client = cluster.client();
+    let cluster_client = cluster.cluster_client();
+    for shard in &shards {
+        let key = keys_on(&mut client, shard, "latch", 1).remove(0);
+        assert_eq!(
+            exec_int(&mut client, &["DLOCK.LATCH", &key, "2", "600000"]),
+            1
+        );
+        let mut master = cluster.node(shard.master);
+        assert_eq!(
+            exec_int(&mut master, &["EXISTS", &key]),
+            1,
+            "{key} on its master"
+        );
+        let other = shards.iter().find(|s| s.master != shard.master).unwrap();
+        let (slot, _) = moved(&mut cluster.node(other.master), &["DLOCK.COUNTDOWN", &key]);
+        assert_eq!(slot, keyslot(&mut client, &key));
+        let awaiter = Waiter::spawn(&cluster_client, &["DLOCK.AWAIT", &key, "0"]);
+        wait_until(&format!("an awaiter on {key}"), || {
+            matches!(
+                exec(&mut master, &["DLOCK.INFO", &key]),
+                Ok(Value::Array(fields)) if fields.get(5) == Some(&Value::Int(1))
+            )
+        });
+        assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 1);
+        assert_eq!(wait_replicas(&mut master, 1, 10_000), 1);
+        let mut replica = cluster.node(shard.replica());
+        exec(&mut replica, &["READONLY"]).unwrap();
+        match exec(&mut replica, &["DLOCK.INFO", &key]).unwrap() {
+            Value::Array(fields) => assert_eq!(fields.get(1), Some(&Value::Int(1)), "{key}"),
+            other => panic!("{key} on the replica: {other:?}"),
+        }
+        assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 0);
+        let (reply, _) = awaiter.handle.join().expect("the awaiter thread panicked");
+        assert_eq!(reply.unwrap(), Value::Int(1), "{key} opened");
+        assert_eq!(exec_int(&mut master, &["EXISTS", &key]), 0);
+    }
+}

@@ -13,6 +13,7 @@ pub mod audit;
 pub mod codec;
 pub mod grace;
 mod holders;
+pub mod latch;
 mod owner;
 mod queue;
 mod token;

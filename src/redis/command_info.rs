@@ -148,6 +148,70 @@ pub const COMMAND_INFO: &[Info] = &[
     },
 ];
 
+const LATCH_TTL: Arg = Arg {
+    name: c"ttl",
+    kind: INTEGER,
+    token: None,
+    optional: false,
+    summary: c"the latch ends (closed) after this many milliseconds",
+};
+
+pub const LATCH_COMMAND_INFO: &[Info] = &[
+    Info {
+        name: c"dlock.latch",
+        summary: c"Creates a count-down latch unless the key exists (then changes nothing).",
+        complexity: c"O(1)",
+        arity: 4,
+        key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT,
+        args: &[
+            Arg {
+                name: c"count",
+                kind: INTEGER,
+                token: None,
+                optional: false,
+                summary: c"1 to 2^53-1: how many count-downs open the latch",
+            },
+            LATCH_TTL,
+        ],
+    },
+    Info {
+        name: c"dlock.countdown",
+        summary: c"Lowers a latch's count; at 0 the latch opens, answering every awaiter, and is deleted.",
+        complexity: c"O(1), O(N) when it opens, where N is the number of awaiters",
+        arity: -2,
+        key_flags: RW_UPDATE,
+        args: &[Arg {
+            name: c"n",
+            kind: INTEGER,
+            token: None,
+            optional: true,
+            summary: c"how much to count down (default 1)",
+        }],
+    },
+    Info {
+        name: c"dlock.await",
+        summary: c"Waits until a latch opens (1), disappears closed (0) or the timeout passes (null).",
+        complexity: c"O(log N) where N is the number of awaiters",
+        arity: 3,
+        key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        args: &[Arg {
+            name: c"timeout",
+            kind: INTEGER,
+            token: None,
+            optional: false,
+            summary: c"wait up to this many milliseconds (0: forever)",
+        }],
+    },
+    Info {
+        name: c"dlock.latchstate",
+        summary: c"Internal: the replicated effect of a latch change (refused from clients).",
+        complexity: c"O(1), O(N) when it opens, where N is the number of awaiters",
+        arity: -3,
+        key_flags: RW_UPDATE,
+        args: &[],
+    },
+];
+
 /// Registers the metadata of `info`'s command (created already).
 pub fn register(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
     let command = api!(RedisModule_GetCommand(ctx, info.name.as_ptr()) else std::ptr::null_mut());
