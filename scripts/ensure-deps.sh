@@ -16,6 +16,8 @@ command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v cc >/dev/null 2>&1 || missing="$missing build-essential"
 command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
+# The Python client's tests run in a virtual environment under target/.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$missing python3-venv"
 if ! ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 \
     || ! dpkg -s libclang-dev >/dev/null 2>&1; then
     missing="$missing libclang-dev"

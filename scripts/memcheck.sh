@@ -21,6 +21,6 @@ export DLOCK_GRACEFUL_STOP=1
 # fail; that is reported, but only valgrind's findings decide this check.
 status=0
 DLOCK_FUZZ_CALLS=5000 cargo test --release --no-fail-fast --test commands --test waiting --test persistence \
-    --test conventions --test bad_input -- --test-threads=2 || status=$?
+    --test conventions --test bad_input --test shared --test shared_durability -- --test-threads=2 || status=$?
 [ "$status" -eq 0 ] || echo "memcheck: some tests failed under valgrind (timing); see above"
 python3 scripts/valgrind-report.py "$logs"

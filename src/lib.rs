@@ -8,6 +8,7 @@ pub mod clock;
 pub mod commands;
 pub mod lock;
 pub mod redis;
+pub mod version;
 
 /// Module registration. Unit tests and the fuzz targets run without a
 /// server, so the module (and Redis's allocator, which aborts when used
@@ -15,7 +16,9 @@ pub mod redis;
 #[cfg(all(not(test), feature = "module"))]
 mod module {
     use crate::commands::fair::FAIR_RESERVATION_MS;
-    use crate::redis::datatype::{self, LOCK_TYPE};
+    use crate::redis::audit::AUDIT_CHANNEL;
+    use crate::redis::datatype::{self, LOCK_TYPE_REGISTRATION};
+    use crate::redis::grace::{self, GRACE_MS, MAX_LEASE_MS};
     use crate::redis::latches::LATCH_TYPE;
     use crate::redis::{events, registry, scheduler, stats};
     use redis_module::configuration::ConfigurationFlags;
@@ -23,7 +26,9 @@ mod module {
 
     fn initialize(ctx: &Context, _args: &[RedisString]) -> Status {
         datatype::init(ctx);
+        crate::redis::audit::init(ctx);
         scheduler::init(ctx);
+        grace::init(ctx);
         if let Err(name) = registry::register_commands(ctx) {
             ctx.log_warning(&format!("dlock: failed to register {name:?}"));
             return Status::Err;
@@ -41,15 +46,20 @@ mod module {
 
     redis_module! {
         name: "dlock",
-        version: 1,
+        version: crate::version::MODULE_VERSION,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-        data_types: [LOCK_TYPE, LATCH_TYPE],
+        data_types: [LOCK_TYPE_REGISTRATION, LATCH_TYPE],
         init: initialize,
         configurations: [
             i64: [
                 ["fair-reservation-ms", &FAIR_RESERVATION_MS, 5_000, 1, (1 << 53) - 1, ConfigurationFlags::DEFAULT, None],
+                // Registered (so applied at startup) max-lease-ms first: grace-ms is checked against it.
+                ["max-lease-ms", &MAX_LEASE_MS, 0, 0, (1 << 53) - 1, ConfigurationFlags::DEFAULT, None],
+                ["grace-ms", &GRACE_MS, 0, 0, (1 << 53) - 1, ConfigurationFlags::DEFAULT, None],
             ],
-            string: [],
+            string: [
+                ["audit-channel", &AUDIT_CHANNEL, "", ConfigurationFlags::DEFAULT, None],
+            ],
             bool: [],
             enum: [],
             module_args_as_configuration: true,

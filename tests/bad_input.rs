@@ -114,10 +114,11 @@ fn bad_calls() -> Vec<(Vec<Vec<u8>>, &'static str)> {
         &[b"DLOCK.RELEASE", b"k"],
         &[b"DLOCK.RENEW", b"k", b"me", b"1", b"x"],
         &[b"DLOCK.INFO"],
-        &[b"DLOCK.INFO", b"k", b"x"],
     ] {
         add(args, "ERR wrong number of arguments");
     }
+    add(&[b"DLOCK.INFO", b"k", b"x"], "ERR syntax error");
+    add(&[b"DLOCK.INFO", b"k", b"FULL", b"FULL"], "ERR syntax error");
     add(&[b"DLOCK.RELEASE", b"k", b"me", b"x"], "ERR syntax error");
     add(
         &[b"DLOCK.RELEASE", b"k", b"me", b"SHARED", b"SHARED"],

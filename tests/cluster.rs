@@ -16,6 +16,8 @@
 //!   answered at once.
 //! * a lock resharded away (MIGRATE) while a waiter blocks on it is not
 //!   granted again on the old master: the waiter is answered null.
+//! * shared holds (readers, a writer waiting for them, a semaphore handed
+//!   on at a lease deadline) work on every shard and reach its replica.
 //!
 //! Each test builds its own cluster (six servers, killed on drop). The
 //! cluster is created with `redis-cli` (`DLOCK_REDIS_CLI` overrides the
@@ -23,6 +25,7 @@
 //! fixed time: every step polls for the state it needs, with a deadline.
 
 mod common;
+mod sharedkit;
 
 use common::*;
 use redis::cluster::{ClusterClient, ClusterConnection};
@@ -1238,6 +1241,261 @@ fn a_waiter_on_a_demoted_master_is_answered_at_once() {
     let lock = view(&mut cluster.node(promoted), &key).unwrap();
     assert_eq!(lock.hold(), (Some("holder".to_string()), 1, held));
     assert_eq!(lock.waiting, 0);
+}
+
+/// CRC16 (XMODEM) as Redis Cluster hashes keys: an implementation of the
+/// test's own, checked against `CLUSTER KEYSLOT`.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// Reads one RESP frame from a raw connection as text lines (enough for
+/// pub/sub messages and errors).
+fn read_frame(reader: &mut std::io::BufReader<std::net::TcpStream>) -> Vec<String> {
+    use std::io::{BufRead, Read};
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("a frame");
+    let line = line.trim_end_matches("\r\n").to_string();
+    match line.split_at(1) {
+        ("$", len) => {
+            let len: usize = len.parse().expect("bulk length");
+            let mut bytes = vec![0; len + 2];
+            reader.read_exact(&mut bytes).expect("bulk");
+            bytes.truncate(len);
+            vec![String::from_utf8_lossy(&bytes).into_owned()]
+        }
+        ("*", n) | (">", n) => {
+            let n: usize = n.parse().expect("array length");
+            (0..n).flat_map(|_| read_frame(reader)).collect()
+        }
+        _ => vec![line],
+    }
+}
+
+/// A raw connection to `port` that sent `SSUBSCRIBE channel`; returns it
+/// with the first frame of the answer.
+fn ssubscribe(port: u16, channel: &str) -> (std::io::BufReader<std::net::TcpStream>, Vec<String>) {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(READ_TIMEOUT))
+        .expect("read timeout");
+    stream
+        .write_all(&resp_command(&["SSUBSCRIBE", channel]))
+        .expect("send");
+    let mut reader = std::io::BufReader::new(stream);
+    let first = read_frame(&mut reader);
+    (reader, first)
+}
+
+/// The audit channel in Cluster: each event goes to the shard channel of
+/// its key's slot (`<channel>{n}`, n the smallest integer hashing to that
+/// slot), published by the master serving the slot to its shard, replica
+/// included; the other masters do not serve that channel.
+#[test]
+fn audit_messages_go_to_the_shard_channel_of_the_key_slot() {
+    let cluster = Cluster::start();
+    let shards = cluster.settled("the cluster", |_| true);
+    for port in cluster.live_ports() {
+        config_set(
+            &mut cluster.node(port),
+            "dlock.audit-channel",
+            "dlock-audit",
+        );
+    }
+    let mut client = cluster.client();
+    let key = "orders:42";
+    let slot = keyslot(&mut client, key);
+    let shard = shards
+        .iter()
+        .find(|shard| shard.serves(slot))
+        .expect("a shard serves the slot")
+        .clone();
+    let tag = (0u32..)
+        .find(|n| crc16(n.to_string().as_bytes()) % 16384 == slot)
+        .expect("a tag");
+    let channel = format!("dlock-audit{{{tag}}}");
+    assert_eq!(keyslot(&mut client, &tag.to_string()), slot);
+    assert_eq!(keyslot(&mut client, &channel), slot);
+
+    let (mut on_master, confirmed) = ssubscribe(shard.master, &channel);
+    assert_eq!(confirmed, ["ssubscribe", channel.as_str(), ":1"]);
+    let (mut on_replica, confirmed) = ssubscribe(shard.replica(), &channel);
+    assert_eq!(confirmed, ["ssubscribe", channel.as_str(), ":1"]);
+    let other = shards
+        .iter()
+        .find(|other| !other.serves(slot))
+        .expect("another shard");
+    let (_, refused) = ssubscribe(other.master, &channel);
+    assert!(refused[0].starts_with("-MOVED"), "{refused:?}");
+
+    let (token_a, _, _) = take(&mut client, key, "a", LONG_TTL).expect("acquire");
+    take(&mut client, key, "a", LONG_TTL).expect("re-entry");
+    let waiter = Waiter::spawn(
+        &cluster.cluster_client(),
+        &["DLOCK.ACQUIRE", key, "b", "600000", "BLOCK", "0"],
+    );
+    wait_for_waiters(&mut client, key, 1);
+    give_back(&mut client, key, "a");
+    give_back(&mut client, key, "a");
+    let ((token_b, _, _), _) = waiter.granted();
+
+    let expected = [
+        format!("event=acquire db=0 key=\"{key}\" owner=\"a\" token={token_a} holds=1"),
+        format!("event=reenter db=0 key=\"{key}\" owner=\"a\" token={token_a} holds=2"),
+        format!("event=release db=0 key=\"{key}\" owner=\"a\" token={token_a} holds=1"),
+        format!("event=release db=0 key=\"{key}\" owner=\"a\" token={token_a} holds=0"),
+        format!("event=handoff db=0 key=\"{key}\" owner=\"b\" token={token_b} holds=1"),
+    ];
+    for (name, reader) in [("master", &mut on_master), ("replica", &mut on_replica)] {
+        for wanted in &expected {
+            let frame = read_frame(reader);
+            assert_eq!(frame.len(), 3, "{name}: {frame:?}");
+            assert_eq!(
+                (frame[0].as_str(), frame[1].as_str()),
+                ("smessage", channel.as_str()),
+                "{name}"
+            );
+            // The time field varies: compare the rest.
+            let message = &frame[2];
+            let without_time: String = {
+                let (head, rest) = message.split_once(" time=").expect("a time field");
+                let (_, tail) = rest.split_once(' ').expect("fields after time");
+                format!("{head} {tail}")
+            };
+            assert_eq!(&without_time, wanted, "{name}: {message}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Shared holds.
+// ---------------------------------------------------------------------------
+
+/// Readers and a writer, and a semaphore whose permit ends by its lease, on
+/// every shard: the writer waits for the readers and the reader behind it
+/// waits for the writer; each shard's replica sees the same holders.
+#[test]
+fn readers_writers_and_semaphores_work_on_every_shard() {
+    use sharedkit::{entry, holder_counts};
+    let cluster = Cluster::start();
+    let shards = cluster.settled("the cluster", |_| true);
+    let cluster_client = cluster.cluster_client();
+    let mut client = cluster_connection(&cluster_client);
+    let shared_take = |client: &mut ClusterConnection, key: &str, owner: &str, extra: &[&str]| {
+        let mut args = vec!["DLOCK.ACQUIRE", key, owner, "60000", "SHARED"];
+        args.extend_from_slice(extra);
+        grant(exec(client, &args).unwrap_or_else(|e| panic!("{args:?}: {e}")))
+    };
+    for shard in &shards {
+        let key = format!("{}:doc", tag_on(&mut client, shard, "rw"));
+        let (r1, _, _) = shared_take(&mut client, &key, "r1", &[]).unwrap();
+        let (r2, _, _) = shared_take(&mut client, &key, "r2", &[]).unwrap();
+        let writer = Waiter::spawn(
+            &cluster_client,
+            &["DLOCK.ACQUIRE", &key, "w", "60000", "BLOCK", "20000"],
+        );
+        wait_for_waiters(&mut client, &key, 1);
+        assert_eq!(shared_take(&mut client, &key, "r3", &[]), None);
+        let late = Waiter::spawn(
+            &cluster_client,
+            &[
+                "DLOCK.ACQUIRE",
+                &key,
+                "r3",
+                "60000",
+                "SHARED",
+                "BLOCK",
+                "20000",
+            ],
+        );
+        wait_for_waiters(&mut client, &key, 2);
+        let mut master = cluster.node(shard.master);
+        assert_eq!(
+            holder_counts(&mut master, &key),
+            vec![entry("r1", 0, 1, r1), entry("r2", 0, 1, r2)]
+        );
+        for owner in ["r1", "r2"] {
+            assert_eq!(
+                exec_int(&mut client, &["DLOCK.RELEASE", &key, owner, "SHARED"]),
+                0
+            );
+        }
+        let ((w, holds, _), _) = writer.granted();
+        assert_eq!(holds, 1);
+        assert!(w > r2);
+        assert_eq!(give_back(&mut client, &key, "w"), 0);
+        let ((r3, _, owner), _) = late.granted();
+        assert_eq!(owner, b"r3");
+        assert!(r3 > w);
+        assert_eq!(wait_replicas(&mut master, 1, 5_000), 1);
+        let mut replica = cluster.node(shard.replica());
+        let _: () = redis::cmd("READONLY").query(&mut replica).unwrap();
+        assert_eq!(
+            holder_counts(&mut replica, &key),
+            vec![entry("r3", 0, 1, r3)]
+        );
+
+        // A one-permit semaphore handed on when the permit's lease ends.
+        let key = format!("{}:api", tag_on(&mut client, shard, "sem"));
+        let lapsed = exec(
+            &mut client,
+            &[
+                "DLOCK.ACQUIRE",
+                &key,
+                "lapsed",
+                "300",
+                "SHARED",
+                "LIMIT",
+                "1",
+            ],
+        )
+        .unwrap();
+        let (held, _, _) = grant(lapsed).unwrap();
+        let deadline = pexpiretime(&mut master, &key);
+        let next = Waiter::spawn(
+            &cluster_client,
+            &[
+                "DLOCK.ACQUIRE",
+                &key,
+                "next",
+                "60000",
+                "BLOCK",
+                "20000",
+                "LIMIT",
+                "1",
+                "SHARED",
+            ],
+        );
+        let ((token, _, owner), at) = next.granted();
+        assert_eq!(owner, b"next");
+        assert!(token > held);
+        assert!(
+            at >= deadline,
+            "granted at {at}, before the lease ended at {deadline}"
+        );
+        assert!(
+            at - deadline < 2_000,
+            "the hand-off came {} ms late",
+            at - deadline
+        );
+        assert_eq!(wait_replicas(&mut master, 1, 5_000), 1);
+        assert_eq!(
+            holder_counts(&mut replica, &key),
+            vec![entry("next", 0, 1, token)]
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -393,10 +393,7 @@ const BAD_CALLS: &[(&[&str], &str)] = &[
     ),
     (&["DLOCK.RELEASE", "k"], "ERR wrong number of arguments"),
     (&["DLOCK.RELEASE", "k", ""], "ERR invalid owner"),
-    (
-        &["DLOCK.RELEASE", "k", "me", "extra"],
-        "ERR wrong number of arguments",
-    ),
+    (&["DLOCK.RELEASE", "k", "me", "extra"], "ERR syntax error"),
     (
         &["DLOCK.RENEW", "k", "me"],
         "ERR wrong number of arguments for 'dlock.renew' command",
@@ -413,10 +410,7 @@ const BAD_CALLS: &[(&[&str], &str)] = &[
         &["DLOCK.INFO"],
         "ERR wrong number of arguments for 'dlock.info' command",
     ),
-    (
-        &["DLOCK.INFO", "k", "extra"],
-        "ERR wrong number of arguments",
-    ),
+    (&["DLOCK.INFO", "k", "extra"], "ERR syntax error"),
 ];
 
 #[test]

@@ -58,7 +58,7 @@ fn command_info_has_arity_flags_and_key_specs() {
     let server = Server::start();
     let mut conn = server.connect();
     let info = text(&cmd(&mut conn, &["COMMAND", "INFO", "dlock.info"]).unwrap());
-    assert!(info.starts_with("dlock.info 2 "), "{info}");
+    assert!(info.starts_with("dlock.info -2 "), "{info}");
     assert!(
         info.contains("readonly") && info.contains("fast") && info.contains("RO"),
         "{info}"

@@ -1556,3 +1556,1134 @@ fn the_checker_reports_each_kind_of_violation() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// Shared holds (issue 11): readers and writers, and semaphores.
+//
+// The same workers, killer and clocks, with two modes:
+//
+// * read-write: readers (SHARED, now and then with a LIMIT too large to
+//   bind) and writers (exclusive); writers write to the key's fenced
+//   resource and readers read from it (a read raises the highest token the
+//   resource has seen, as a fenced store does); writers downgrade (SHARED,
+//   then RELEASE of the exclusive hold) and readers upgrade (an exclusive
+//   acquire, BLOCK or not, which may meet DEADLOCK). Checked: no instant at
+//   which a writer's exclusive hold and another owner's hold are both
+//   certainly live; the resource never refuses a write made while its
+//   writer was certainly exclusive, and a stale writer's write (after a
+//   newer token was seen) is refused;
+// * semaphore: every request of key k carries LIMIT `limit_of(k)`; checked:
+//   never more owners certainly holding the key at one instant than its
+//   limit.
+//
+// Both: every new hold (and upgrade) has a token of its own, larger than
+// every token whose grant reply arrived before it was requested; grant and
+// RELEASE replies count holds right in both modes; FIFO as in the exclusive
+// run (a waiter seen queued is granted before those behind it and before
+// later requests; upgrades, which go ahead of everyone, are not counted);
+// leases end no earlier than promised; BLOCK returns null no earlier than its timeout; every
+// dropped connection was killed; every lock is free at the end.
+// `DLOCK_STRESS_SECS` (default 5 here) and the other variables apply.
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    ReadWrite,
+    Semaphore,
+}
+
+/// The LIMIT of key `key` in semaphore mode.
+fn limit_of(key: usize) -> u64 {
+    [2, 3, 5][key % 3]
+}
+
+/// One owner's hold (one token), in either or both modes.
+#[derive(Clone, Debug)]
+struct ModeHold {
+    key: usize,
+    owner: String,
+    token: u64,
+    exclusive: u64,
+    shared: u64,
+    session: bool,
+    conn: i64,
+    sent: i64,
+    recv: i64,
+    live_until: i64,
+    given_up: Option<i64>,
+    /// Closed intervals in which the owner certainly held the lock
+    /// exclusively (from a grant reply to the send of the last exclusive
+    /// release), and the start of the open one.
+    exclusive_spans: Vec<(i64, i64)>,
+    exclusive_since: Option<i64>,
+    ended: &'static str,
+}
+
+impl ModeHold {
+    fn window(&self, closed_at: Option<i64>) -> (i64, i64) {
+        let mut end = self.live_until;
+        if let Some(at) = self.given_up {
+            end = end.min(at);
+        }
+        if self.session {
+            if let Some(at) = closed_at {
+                end = end.min(at);
+            }
+        }
+        (self.recv, end)
+    }
+
+    /// The certainly-exclusive intervals, clipped to the certain window.
+    fn exclusive_windows(&self, closed_at: Option<i64>) -> Vec<(i64, i64)> {
+        let (start, end) = self.window(closed_at);
+        self.exclusive_spans
+            .iter()
+            .copied()
+            .chain(self.exclusive_since.map(|since| (since, end)))
+            .map(|(s, e)| (s.max(start), e.min(end)))
+            .filter(|(s, e)| s < e)
+            .collect()
+    }
+
+    fn total(&self) -> u64 {
+        self.exclusive + self.shared
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ModeCounters {
+    reads: u64,
+    downgrades: u64,
+    upgrades: u64,
+    refused_upgrades: u64,
+    deadlocks: u64,
+    shared_grants: u64,
+    exclusive_grants: u64,
+}
+
+#[derive(Default)]
+struct ModeLog {
+    holds: Vec<ModeHold>,
+    counters: ModeCounters,
+}
+
+struct ModeWorker {
+    worker: Worker,
+    mode: Mode,
+    log: ModeLog,
+}
+
+impl ModeWorker {
+    fn run(mut self) -> (WorkerLog, ModeLog) {
+        while !self.worker.shared.stop.load(Ordering::Relaxed) {
+            let keys = self.worker.shared.settings.keys as u64;
+            let key = self.worker.rng.below(keys) as usize;
+            self.try_to_hold(key);
+        }
+        let worker = &mut self.worker;
+        worker.shared.conn_ids[worker.index].store(0, Ordering::SeqCst);
+        worker.log.closes.push((worker.conn_id, wall_us()));
+        (std::mem::take(&mut worker.log), self.log)
+    }
+
+    /// The mode-specific options of an acquire, in random order with the
+    /// others: SHARED and LIMIT.
+    fn options(
+        &mut self,
+        key: usize,
+        shared: bool,
+        block_ms: Option<u64>,
+        session: bool,
+    ) -> Vec<String> {
+        let rng = &mut self.worker.rng;
+        let mut groups: Vec<Vec<String>> = Vec::new();
+        if shared {
+            groups.push(vec!["SHARED".to_string()]);
+            match self.mode {
+                Mode::Semaphore => {
+                    groups.push(vec!["LIMIT".to_string(), limit_of(key).to_string()]);
+                }
+                Mode::ReadWrite if rng.percent(10) => {
+                    groups.push(vec!["LIMIT".to_string(), "1000".to_string()]);
+                }
+                Mode::ReadWrite => {}
+            }
+        }
+        if let Some(ms) = block_ms {
+            groups.push(vec!["BLOCK".to_string(), ms.to_string()]);
+        }
+        if session {
+            groups.push(vec!["SESSION".to_string()]);
+        }
+        for i in (1..groups.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            groups.swap(i, j);
+        }
+        groups.into_iter().flatten().collect()
+    }
+
+    fn try_to_hold(&mut self, key: usize) {
+        let rng = &mut self.worker.rng;
+        let writer = self.mode == Mode::ReadWrite && rng.percent(30);
+        let blocking = rng.percent(60);
+        let fair = blocking && rng.percent(30);
+        let session = rng.percent(30);
+        let block_ms = blocking.then(|| {
+            if rng.percent(2) {
+                0
+            } else {
+                rng.between(10, 400)
+            }
+        });
+        let ttl = self.worker.ttl();
+        let owner = self.worker.owner();
+        let mut args = vec![
+            if fair { "DLOCK.FAIR" } else { "DLOCK.ACQUIRE" }.to_string(),
+            key_name(key),
+            owner.clone(),
+            ttl.to_string(),
+        ];
+        args.extend(self.options(key, !writer, block_ms, session));
+        self.worker.log.counters.requests += 1;
+        let (reply, sent, recv) = self.worker.send(&args);
+        // Logged for the FIFO checks (only requests for a new hold: re-entries
+        // and upgrades never queue behind others).
+        let granted = match &reply {
+            Reply::Value(Value::Array(items)) => match items.as_slice() {
+                [Value::Int(token), Value::Int(holds), _] => Some((*token as u64, *holds as u64)),
+                _ => None,
+            },
+            _ => None,
+        };
+        self.worker.log.requests.push(Request {
+            owner: owner.clone(),
+            key,
+            block_ms,
+            sent,
+            recv,
+            granted,
+        });
+        match reply {
+            Reply::Value(Value::Nil) => {
+                self.worker.log.counters.nulls += 1;
+                if let Some(ms) = block_ms {
+                    self.worker.log.counters.block_timeouts += 1;
+                    if ms == 0 || recv - sent < 1_000 * ms as i64 - MARGIN_US {
+                        self.worker.violation(format!(
+                            "{args:?} returned null after {} µs, before its timeout",
+                            recv - sent
+                        ));
+                    }
+                }
+            }
+            Reply::Value(value) => {
+                let Some((token, holds)) = self.worker.parse_grant(&args, value) else {
+                    return;
+                };
+                if holds != 1 {
+                    self.worker.violation(format!(
+                        "{args:?} was a re-entry (holds {holds}) of a hold this owner never had"
+                    ));
+                    return;
+                }
+                let waited = block_ms.is_some() && recv - sent > 2_000;
+                self.worker.log.counters.grants += 1;
+                if waited {
+                    self.worker.log.counters.blocked_grants += 1;
+                }
+                if writer {
+                    self.log.counters.exclusive_grants += 1;
+                } else {
+                    self.log.counters.shared_grants += 1;
+                }
+                let hold = ModeHold {
+                    key,
+                    owner,
+                    token,
+                    exclusive: writer as u64,
+                    shared: !writer as u64,
+                    session,
+                    conn: self.worker.conn_id,
+                    sent,
+                    recv,
+                    live_until: sent + 1_000 * ttl as i64 - MARGIN_US,
+                    given_up: None,
+                    exclusive_spans: Vec::new(),
+                    exclusive_since: writer.then_some(recv),
+                    ended: "",
+                };
+                self.critical_section(hold, ttl, waited);
+            }
+            Reply::Broken => self.worker.lost_connection(),
+            Reply::NotOwner => self.worker.violation(format!("{args:?} replied NOTOWNER")),
+            Reply::Failed(text) => self.worker.violation(text),
+        }
+    }
+
+    fn keep(&mut self, mut hold: ModeHold, how: &'static str) {
+        hold.ended = how;
+        self.log.holds.push(hold);
+    }
+
+    /// Reads or writes the key's fenced resource under the hold's token.
+    fn touch_resource(&mut self, hold: &ModeHold) {
+        if self.mode == Mode::Semaphore {
+            return;
+        }
+        if hold.exclusive > 0 {
+            self.worker.write(&Hold {
+                key: hold.key,
+                owner: hold.owner.clone(),
+                token: hold.token,
+                holds: hold.exclusive,
+                session: hold.session,
+                conn: hold.conn,
+                sent: hold.sent,
+                recv: hold.recv,
+                live_until: hold.live_until,
+                given_up: None,
+                ended: "",
+            });
+        } else {
+            let mut fence = self.worker.shared.fences[hold.key].lock().unwrap();
+            fence.observe(hold.token, &hold.owner);
+            drop(fence);
+            self.log.counters.reads += 1;
+        }
+    }
+
+    fn critical_section(&mut self, mut hold: ModeHold, mut ttl: u64, waited: bool) {
+        if waited && self.worker.rng.percent(60) {
+            ttl = self.worker.ttl();
+            if let Some(outcome) = self.renew(&mut hold, ttl) {
+                return self.end(hold, outcome, "renewal");
+            }
+        }
+        let steps = self.worker.rng.between(1, 3);
+        for _ in 0..steps {
+            self.worker.work_for_a_while(ttl);
+            self.touch_resource(&hold);
+            let step = self.worker.rng.below(100);
+            ttl = self.worker.ttl();
+            let read_write = self.mode == Mode::ReadWrite;
+            let outcome = if step < 20 {
+                self.renew(&mut hold, ttl)
+            } else if step < 35 {
+                let shared = if hold.exclusive > 0 && read_write {
+                    self.worker.rng.percent(50) && hold.shared > 0
+                } else {
+                    true
+                };
+                self.reenter(&mut hold, ttl, shared)
+            } else if step < 47 && read_write && hold.exclusive > 0 {
+                self.downgrade(&mut hold, ttl)
+            } else if step < 55 && read_write && hold.exclusive == 0 {
+                match self.upgrade(hold, ttl) {
+                    Ok(upgraded) => {
+                        hold = upgraded;
+                        None
+                    }
+                    Err(()) => return,
+                }
+            } else {
+                None
+            };
+            if let Some(outcome) = outcome {
+                return self.end(hold, outcome, "");
+            }
+        }
+        let finish = self.worker.rng.below(100);
+        if finish < 8 {
+            self.worker.log.counters.abandoned += 1;
+            self.keep(hold, "abandoned");
+            self.worker.fresh_generation();
+        } else if finish < 20 && hold.session {
+            self.worker.log.counters.closed += 1;
+            let at = wall_us();
+            hold.given_up = Some(at);
+            self.keep(hold, "its connection was closed");
+            let worker = &mut self.worker;
+            worker.log.closes.push((worker.conn_id, at));
+            worker.shared.conn_ids[worker.index].store(0, Ordering::SeqCst);
+            let replacement = connect_port(worker.shared.port, READ_TIMEOUT);
+            drop(std::mem::replace(&mut worker.conn, replacement));
+            worker.conn_id = client_id_of(&mut worker.conn);
+            worker.shared.conn_ids[worker.index].store(worker.conn_id, Ordering::SeqCst);
+            worker.fresh_generation();
+        } else {
+            self.release_all(hold);
+        }
+    }
+
+    /// Ends the hold after a step that did not keep it.
+    fn end(&mut self, hold: ModeHold, outcome: Step, _what: &str) {
+        match outcome {
+            Step::Holding => self.release_all(hold),
+            Step::Ended => {
+                self.keep(hold, "the server ended it");
+                self.worker.fresh_generation();
+            }
+            Step::Broken => {
+                self.keep(hold, "its connection broke");
+                self.worker.lost_connection();
+            }
+        }
+    }
+
+    /// RENEW: None while holding, or how the hold ended.
+    fn renew(&mut self, hold: &mut ModeHold, ttl: u64) -> Option<Step> {
+        let args = vec![
+            "DLOCK.RENEW".to_string(),
+            key_name(hold.key),
+            hold.owner.clone(),
+            ttl.to_string(),
+        ];
+        let (reply, sent, recv) = self.worker.send(&args);
+        match reply {
+            Reply::Value(Value::Int(token)) if token as u64 == hold.token => {
+                self.worker.log.counters.renewals += 1;
+                hold.live_until = sent + 1_000 * ttl as i64 - MARGIN_US;
+                None
+            }
+            Reply::NotOwner => {
+                self.ended_by_server(hold, recv, "RENEW replied NOTOWNER");
+                Some(Step::Ended)
+            }
+            Reply::Broken => {
+                hold.live_until = hold.live_until.min(sent + 1_000 * ttl as i64 - MARGIN_US);
+                Some(Step::Broken)
+            }
+            Reply::Value(other) => {
+                self.worker
+                    .violation(format!("{args:?} replied {other:?}, not {}", hold.token));
+                Some(Step::Ended)
+            }
+            Reply::Failed(text) => {
+                self.worker.violation(text);
+                Some(Step::Ended)
+            }
+        }
+    }
+
+    fn ended_by_server(&mut self, hold: &ModeHold, recv: i64, what: &str) {
+        self.worker.log.counters.expiries_seen += 1;
+        if recv < hold.live_until {
+            self.worker.violation(format!(
+                "{what}: {} lost {} (token {}) {} µs before its lease could end",
+                hold.owner,
+                key_name(hold.key),
+                hold.token,
+                hold.live_until - recv
+            ));
+        }
+    }
+
+    /// A re-entry in one mode (shared, or exclusive while holding it):
+    /// granted at once with the same token, whatever waits.
+    fn reenter(&mut self, hold: &mut ModeHold, ttl: u64, shared: bool) -> Option<Step> {
+        let rng = &mut self.worker.rng;
+        let command = if rng.percent(50) {
+            "DLOCK.ACQUIRE"
+        } else {
+            "DLOCK.FAIR"
+        };
+        let block_ms = rng.percent(30).then(|| rng.between(10, 200));
+        let mut args = vec![
+            command.to_string(),
+            key_name(hold.key),
+            hold.owner.clone(),
+            ttl.to_string(),
+        ];
+        args.extend(self.options(hold.key, shared, block_ms, hold.session));
+        self.worker.log.counters.requests += 1;
+        let (reply, sent, recv) = self.worker.send(&args);
+        let count = if shared { hold.shared } else { hold.exclusive };
+        match reply {
+            Reply::Value(Value::Nil) => {
+                self.ended_by_server(hold, recv, "re-entry refused");
+                Some(Step::Ended)
+            }
+            Reply::Value(value) => match self.worker.parse_grant(&args, value) {
+                Some((token, holds)) if token == hold.token && holds == count + 1 => {
+                    self.worker.log.counters.reentries += 1;
+                    if shared {
+                        hold.shared += 1;
+                    } else {
+                        hold.exclusive += 1;
+                    }
+                    hold.live_until = sent + 1_000 * ttl as i64 - MARGIN_US;
+                    None
+                }
+                Some((token, 1)) if token != hold.token => {
+                    // The lease had ended: a new hold, which the client
+                    // walks away from.
+                    self.ended_by_server(hold, recv, "re-entry gave a new token");
+                    self.worker.log.counters.grants += 1;
+                    let fresh = ModeHold {
+                        key: hold.key,
+                        owner: hold.owner.clone(),
+                        token,
+                        exclusive: !shared as u64,
+                        shared: shared as u64,
+                        session: hold.session,
+                        conn: self.worker.conn_id,
+                        sent,
+                        recv,
+                        live_until: sent + 1_000 * ttl as i64 - MARGIN_US,
+                        given_up: None,
+                        exclusive_spans: Vec::new(),
+                        exclusive_since: (!shared).then_some(recv),
+                        ended: "",
+                    };
+                    self.keep(fresh, "abandoned (a re-entry got a new token)");
+                    Some(Step::Ended)
+                }
+                Some((token, holds)) => {
+                    self.worker.violation(format!(
+                        "{args:?} by the holder of token {} ({} exclusive, {} shared) replied token {token} holds {holds}",
+                        hold.token, hold.exclusive, hold.shared
+                    ));
+                    Some(Step::Ended)
+                }
+                None => Some(Step::Ended),
+            },
+            Reply::Broken => {
+                hold.live_until = hold.live_until.min(sent + 1_000 * ttl as i64 - MARGIN_US);
+                Some(Step::Broken)
+            }
+            Reply::NotOwner => {
+                self.worker.violation(format!("{args:?} replied NOTOWNER"));
+                Some(Step::Ended)
+            }
+            Reply::Failed(text) => {
+                self.worker.violation(text);
+                Some(Step::Ended)
+            }
+        }
+    }
+
+    /// One RELEASE (exclusive) or RELEASE SHARED; None while holds remain.
+    fn release_one(&mut self, hold: &mut ModeHold, shared: bool) -> Option<Step> {
+        let mut args = vec![
+            "DLOCK.RELEASE".to_string(),
+            key_name(hold.key),
+            hold.owner.clone(),
+        ];
+        if shared {
+            args.push("SHARED".to_string());
+        }
+        let (reply, sent, recv) = self.worker.send(&args);
+        match reply {
+            Reply::Value(Value::Int(left)) if left as u64 == hold.total() - 1 => {
+                self.worker.log.counters.releases += 1;
+                if shared {
+                    hold.shared -= 1;
+                } else {
+                    hold.exclusive -= 1;
+                    if hold.exclusive == 0 {
+                        if let Some(since) = hold.exclusive_since.take() {
+                            hold.exclusive_spans.push((since, sent));
+                        }
+                    }
+                }
+                if hold.total() == 0 {
+                    hold.given_up = Some(sent);
+                }
+                None
+            }
+            Reply::NotOwner => {
+                self.ended_by_server(hold, recv, "RELEASE replied NOTOWNER");
+                Some(Step::Ended)
+            }
+            Reply::Broken => {
+                hold.given_up = Some(sent);
+                Some(Step::Broken)
+            }
+            Reply::Value(other) => {
+                self.worker.violation(format!(
+                    "{args:?} with {} exclusive and {} shared holds replied {other:?}",
+                    hold.exclusive, hold.shared
+                ));
+                Some(Step::Ended)
+            }
+            Reply::Failed(text) => {
+                self.worker.violation(text);
+                Some(Step::Ended)
+            }
+        }
+    }
+
+    /// A writer takes a shared hold, then gives up every exclusive one.
+    fn downgrade(&mut self, hold: &mut ModeHold, ttl: u64) -> Option<Step> {
+        if hold.shared == 0 {
+            if let Some(step) = self.reenter(hold, ttl, true) {
+                return Some(step);
+            }
+        }
+        while hold.exclusive > 0 {
+            if let Some(step) = self.release_one(hold, false) {
+                return Some(step);
+            }
+        }
+        self.log.counters.downgrades += 1;
+        None
+    }
+
+    /// A reader asks for an exclusive hold: granted with a new token (a new
+    /// record, the old one ending at the grant), refused (still reading), or
+    /// DEADLOCK. Err: the hold was ended and recorded.
+    fn upgrade(&mut self, mut hold: ModeHold, ttl: u64) -> Result<ModeHold, ()> {
+        // Pin the shared lease well past any BLOCK, so that a grant is an
+        // upgrade of a live hold.
+        if let Some(outcome) = self.renew(&mut hold, 1_000) {
+            self.end(hold, outcome, "renewal before an upgrade");
+            return Err(());
+        }
+        let rng = &mut self.worker.rng;
+        let block_ms = rng.percent(50).then(|| rng.between(10, 300));
+        let mut args = vec![
+            "DLOCK.ACQUIRE".to_string(),
+            key_name(hold.key),
+            hold.owner.clone(),
+            ttl.to_string(),
+        ];
+        if let Some(ms) = block_ms {
+            args.extend(["BLOCK".to_string(), ms.to_string()]);
+        }
+        self.worker.log.counters.requests += 1;
+        let (reply, sent, recv) = self.worker.send(&args);
+        match reply {
+            Reply::Value(Value::Nil) => {
+                self.log.counters.refused_upgrades += 1;
+                Ok(hold)
+            }
+            Reply::Value(value) => match self.worker.parse_grant(&args, value) {
+                Some((token, 1)) if token > hold.token => {
+                    self.log.counters.upgrades += 1;
+                    let upgraded = ModeHold {
+                        token,
+                        exclusive: 1,
+                        sent,
+                        recv,
+                        live_until: sent + 1_000 * ttl as i64 - MARGIN_US,
+                        given_up: None,
+                        exclusive_spans: Vec::new(),
+                        exclusive_since: Some(recv),
+                        ended: "",
+                        ..hold.clone()
+                    };
+                    let ambiguous = recv >= hold.live_until;
+                    hold.given_up = Some(recv);
+                    self.keep(hold, "upgraded");
+                    if ambiguous {
+                        // The shared lease may have ended while it waited:
+                        // the counts are unknown, so walk away.
+                        self.keep(upgraded, "abandoned (an upgrade after the lease)");
+                        self.worker.fresh_generation();
+                        return Err(());
+                    }
+                    Ok(upgraded)
+                }
+                Some((token, holds)) => {
+                    self.worker.violation(format!(
+                        "{args:?}: an upgrade of token {} replied token {token} holds {holds}",
+                        hold.token
+                    ));
+                    self.keep(hold, "a bad upgrade");
+                    self.worker.fresh_generation();
+                    Err(())
+                }
+                None => {
+                    self.keep(hold, "a bad upgrade");
+                    self.worker.fresh_generation();
+                    Err(())
+                }
+            },
+            Reply::Failed(text) if text.contains("DEADLOCK") && block_ms.is_some() => {
+                self.log.counters.deadlocks += 1;
+                Ok(hold)
+            }
+            Reply::Failed(text) => {
+                self.worker.violation(text);
+                Ok(hold)
+            }
+            Reply::NotOwner => {
+                self.worker.violation(format!("{args:?} replied NOTOWNER"));
+                Ok(hold)
+            }
+            Reply::Broken => {
+                self.end(hold, Step::Broken, "upgrade");
+                Err(())
+            }
+        }
+    }
+
+    fn release_all(&mut self, mut hold: ModeHold) {
+        while hold.total() > 0 {
+            let shared = hold.exclusive == 0 || (hold.shared > 0 && self.worker.rng.percent(50));
+            match self.release_one(&mut hold, shared) {
+                None => {}
+                Some(Step::Broken) => {
+                    self.keep(hold, "its connection broke (release)");
+                    self.worker.lost_connection();
+                    return;
+                }
+                Some(_) => break,
+            }
+        }
+        let how = if hold.total() == 0 {
+            "released"
+        } else {
+            "release failed"
+        };
+        self.keep(hold, how);
+    }
+}
+
+impl Fence {
+    /// A read under `token`: the resource has now seen it.
+    fn observe(&mut self, token: u64, owner: &str) {
+        if token > self.highest {
+            self.highest = token;
+            self.highest_owner = owner.to_string();
+        }
+    }
+}
+
+#[derive(Default)]
+struct ModeFindings {
+    violations: Vec<String>,
+    pairs_ordered: u64,
+    windows_checked: u64,
+    /// The most owners certainly holding one key at one instant.
+    most_at_once: usize,
+}
+
+impl ModeFindings {
+    fn flag(&mut self, text: String) {
+        if self.violations.len() < 200 {
+            self.violations.push(text);
+        }
+    }
+}
+
+fn check_modes(
+    mode: Mode,
+    logs: &[WorkerLog],
+    mode_logs: &[ModeLog],
+    kills: &[(i64, i64)],
+    keys: usize,
+) -> ModeFindings {
+    let mut findings = ModeFindings::default();
+    for log in logs {
+        for text in &log.violations {
+            findings.flag(text.clone());
+        }
+    }
+    let killed_at: HashMap<i64, i64> = kills.iter().copied().collect();
+    let mut closed_at = killed_at.clone();
+    for (conn, at) in logs.iter().flat_map(|log| &log.closes) {
+        let first = closed_at.entry(*conn).or_insert(*at);
+        *first = (*first).min(*at);
+    }
+    for log in logs {
+        for (conn, at) in &log.disconnects {
+            match killed_at.get(conn) {
+                Some(kill) if *kill <= *at => {}
+                _ => findings.flag(format!(
+                    "connection {conn} broke at {at} but was never killed"
+                )),
+            }
+        }
+    }
+    let holds: Vec<&ModeHold> = mode_logs.iter().flat_map(|log| &log.holds).collect();
+
+    // Every token belongs to one owner on one key.
+    let mut by_token: HashMap<u64, &ModeHold> = HashMap::new();
+    for hold in &holds {
+        if let Some(other) = by_token.insert(hold.token, hold) {
+            if other.owner != hold.owner || other.key != hold.key {
+                findings.flag(format!(
+                    "token {} granted twice: {} on {} and {} on {}",
+                    hold.token,
+                    other.owner,
+                    key_name(other.key),
+                    hold.owner,
+                    key_name(hold.key)
+                ));
+            }
+        }
+    }
+
+    // A hold requested after another's grant reply has a larger token.
+    let mut by_recv = holds.clone();
+    by_recv.sort_by_key(|hold| hold.recv);
+    let mut by_sent = holds.clone();
+    by_sent.sort_by_key(|hold| hold.sent);
+    let mut next = 0;
+    let mut highest: Option<&ModeHold> = None;
+    for hold in &by_sent {
+        while next < by_recv.len() && by_recv[next].recv < hold.sent {
+            if highest.is_none_or(|h| by_recv[next].token > h.token) {
+                highest = Some(by_recv[next]);
+            }
+            next += 1;
+        }
+        if let Some(earlier) = highest {
+            findings.pairs_ordered += 1;
+            if earlier.token >= hold.token {
+                findings.flag(format!(
+                    "token order: {} got {} on {} after {} had received {} on {}",
+                    hold.owner,
+                    hold.token,
+                    key_name(hold.key),
+                    earlier.owner,
+                    earlier.token,
+                    key_name(earlier.key)
+                ));
+            }
+        }
+    }
+
+    // Exclusion (read-write) or the limit (semaphore), per key: a sweep over
+    // the certainly-live windows and the certainly-exclusive intervals.
+    for key in 0..keys {
+        // (start, end, exclusive, hold)
+        let mut spans: Vec<(i64, i64, bool, &ModeHold)> = Vec::new();
+        for hold in holds.iter().filter(|hold| hold.key == key) {
+            let closed = closed_at.get(&hold.conn).copied();
+            let (start, end) = hold.window(closed);
+            if start < end {
+                spans.push((start, end, false, hold));
+            }
+            for (start, end) in hold.exclusive_windows(closed) {
+                spans.push((start, end, true, hold));
+            }
+        }
+        spans.sort_by_key(|(start, _, _, _)| *start);
+        let mut active: Vec<(i64, i64, bool, &ModeHold)> = Vec::new();
+        for span in spans {
+            let (start, _, exclusive, hold) = span;
+            active.retain(|(_, until, _, _)| *until > start);
+            findings.windows_checked += 1;
+            for (from, until, other_exclusive, other) in &active {
+                if other.owner != hold.owner && (exclusive || *other_exclusive) {
+                    findings.flag(format!(
+                        "a writer with another holder on {}: {} (token {}, {}, certainly live {from}..{until}) and {} (token {}, {}, from {start})",
+                        key_name(key),
+                        other.owner,
+                        other.token,
+                        if *other_exclusive { "exclusive" } else { "held" },
+                        hold.owner,
+                        hold.token,
+                        if exclusive { "exclusive" } else { "held" },
+                    ));
+                }
+            }
+            if !exclusive {
+                let mut owners: Vec<&str> = active
+                    .iter()
+                    .filter(|(_, _, x, _)| !x)
+                    .map(|(_, _, _, h)| h.owner.as_str())
+                    .chain([hold.owner.as_str()])
+                    .collect();
+                owners.sort();
+                owners.dedup();
+                findings.most_at_once = findings.most_at_once.max(owners.len());
+                if mode == Mode::Semaphore && owners.len() as u64 > limit_of(key) {
+                    findings.flag(format!(
+                        "{} owners hold {} (LIMIT {}) at {start}: {owners:?}",
+                        owners.len(),
+                        key_name(key),
+                        limit_of(key)
+                    ));
+                }
+            }
+            active.push(span);
+        }
+    }
+
+    // The fence refused no write made while its writer was certainly
+    // exclusive.
+    let by_key_token: HashMap<(usize, u64), &ModeHold> = holds
+        .iter()
+        .map(|hold| ((hold.key, hold.token), *hold))
+        .collect();
+    for write in logs.iter().flat_map(|log| &log.writes) {
+        if write.accepted {
+            continue;
+        }
+        let Some(hold) = by_key_token.get(&(write.key, write.token)) else {
+            findings.flag(format!("a write under unknown token {}", write.token));
+            continue;
+        };
+        let spans = hold.exclusive_windows(closed_at.get(&hold.conn).copied());
+        if let Some((_, end)) = spans.iter().find(|(s, e)| *s <= write.at && write.at < *e) {
+            findings.flag(format!(
+                "the fence refused {} (token {}) on {} {} µs before its exclusive hold could end",
+                hold.owner,
+                hold.token,
+                key_name(hold.key),
+                end - write.at
+            ));
+        }
+    }
+    findings
+}
+
+/// Runs the workers of `mode` against a fresh server, checks the logs, and
+/// returns the findings and counters (after asserting zero violations).
+fn run_mode(mode: Mode) -> (ModeFindings, Counters, ModeCounters) {
+    let mut settings = Settings::from_env();
+    settings.secs = env_number("DLOCK_STRESS_SECS", 5);
+    eprintln!(
+        "stress {mode:?}: {} clients, {} s, {} keys, seed {} (DLOCK_STRESS_SEED to replay)",
+        settings.clients, settings.secs, settings.keys, settings.seed
+    );
+    let server = Server::start();
+    let mut conn = server.connect();
+    config_set(
+        &mut conn,
+        "dlock.fair-reservation-ms",
+        &RESERVATION_MS.to_string(),
+    );
+    let shared = Arc::new(Shared {
+        port: server.port,
+        settings,
+        stop: AtomicBool::new(false),
+        fences: (0..settings.keys).map(|_| Mutex::default()).collect(),
+        conn_ids: (0..settings.clients).map(|_| AtomicI64::new(0)).collect(),
+        generation: AtomicU64::new(0),
+    });
+    let started = Instant::now();
+    let workers: Vec<_> = (0..settings.clients)
+        .map(|index| {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                ModeWorker {
+                    worker: Worker::new(index, shared),
+                    mode,
+                    log: ModeLog::default(),
+                }
+                .run()
+            })
+        })
+        .collect();
+    let killer = {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || killer(shared))
+    };
+    let monitor = {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || monitor(shared))
+    };
+    while started.elapsed() < Duration::from_secs(settings.secs) {
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            workers.iter().all(|w| !w.is_finished()),
+            "a worker stopped early (panicked?)"
+        );
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    let (logs, mode_logs): (Vec<WorkerLog>, Vec<ModeLog>) = workers
+        .into_iter()
+        .map(|w| w.join().expect("a worker panicked"))
+        .unzip();
+    let kills = killer.join().expect("the killer panicked");
+    let snapshots = monitor.join().expect("the monitor panicked");
+    let ran_for = started.elapsed();
+    for key in 0..settings.keys {
+        wait_until(&format!("{} to be free", key_name(key)), || {
+            int(&mut conn, &["EXISTS", &key_name(key)]) == 0
+        });
+    }
+    wait_for_blocked_clients(&mut conn, 0);
+
+    let mut findings = check_modes(mode, &logs, &mode_logs, &kills, settings.keys);
+    // FIFO, with the checker of the exclusive run over the requests alone
+    // (the holds and writes are checked above).
+    let requests_only: Vec<WorkerLog> = logs
+        .iter()
+        .map(|log| WorkerLog {
+            requests: log.requests.clone(),
+            ..WorkerLog::default()
+        })
+        .collect();
+    let fifo = check(&requests_only, &kills, &snapshots, settings.keys);
+    for text in fifo.violations {
+        findings.flag(text);
+    }
+    let mut counters = Counters::default();
+    for log in &logs {
+        counters.add(&log.counters);
+    }
+    let mut mode_counters = ModeCounters::default();
+    for log in &mode_logs {
+        let c = &log.counters;
+        mode_counters.reads += c.reads;
+        mode_counters.downgrades += c.downgrades;
+        mode_counters.upgrades += c.upgrades;
+        mode_counters.refused_upgrades += c.refused_upgrades;
+        mode_counters.deadlocks += c.deadlocks;
+        mode_counters.shared_grants += c.shared_grants;
+        mode_counters.exclusive_grants += c.exclusive_grants;
+    }
+    let mut fence_violations = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for fence in &shared.fences {
+        let fence = fence.lock().unwrap();
+        accepted += fence.accepted;
+        refused += fence.refused;
+        fence_violations.extend(fence.violations.iter().cloned());
+    }
+    eprintln!(
+        "stress {mode:?}: ran {:.1} s; {} requests, {} new holds ({} shared, {} exclusive, {} after waiting), {} re-entries, {} renewals, {} releases, {} nulls ({} BLOCK timeouts)",
+        ran_for.as_secs_f64(),
+        counters.requests,
+        counters.grants,
+        mode_counters.shared_grants,
+        mode_counters.exclusive_grants,
+        counters.blocked_grants,
+        counters.reentries,
+        counters.renewals,
+        counters.releases,
+        counters.nulls,
+        counters.block_timeouts,
+    );
+    eprintln!(
+        "stress {mode:?}: downgrades {}, upgrades {} (refused {}, DEADLOCK {}), reads {}, fenced writes accepted {accepted}, refused {refused} (stale writers); expiries seen {}, abandoned {}, SESSION closes {}, kills {}, broken connections {}",
+        mode_counters.downgrades,
+        mode_counters.upgrades,
+        mode_counters.refused_upgrades,
+        mode_counters.deadlocks,
+        mode_counters.reads,
+        counters.expiries_seen,
+        counters.abandoned,
+        counters.closed,
+        kills.len(),
+        counters.disconnects,
+    );
+    eprintln!(
+        "stress {mode:?}: checked {} token orderings, {} windows, {} FIFO orderings from {} queue snapshots; at most {} owners at once",
+        findings.pairs_ordered,
+        findings.windows_checked,
+        fifo.fifo_checks,
+        snapshots.len(),
+        findings.most_at_once
+    );
+    let violations: Vec<String> = findings
+        .violations
+        .iter()
+        .cloned()
+        .chain(fence_violations)
+        .collect();
+    eprintln!("stress {mode:?}: violations: {}", violations.len());
+    assert!(
+        violations.is_empty(),
+        "{} violations (seed {}):\n{}",
+        violations.len(),
+        settings.seed,
+        violations.join("\n")
+    );
+    assert!(counters.grants >= 100, "too little progress: {counters:?}");
+    assert!(counters.blocked_grants > 0, "no hand-offs: {counters:?}");
+    assert!(counters.expiries_seen > 0, "no lease ran out: {counters:?}");
+    assert!(!kills.is_empty(), "no connection was killed");
+    assert!(
+        findings.most_at_once >= 2,
+        "never two holders at once: {mode_counters:?}"
+    );
+    assert!(fifo.fifo_checks > 0, "no FIFO ordering was checked");
+    (findings, counters, mode_counters)
+}
+
+#[test]
+fn readers_and_writers_never_overlap_and_stale_writers_are_fenced() {
+    let (_, _, counters) = run_mode(Mode::ReadWrite);
+    assert!(counters.exclusive_grants > 0 && counters.shared_grants > 0);
+    assert!(counters.downgrades > 0, "no downgrade: {counters:?}");
+    assert!(
+        counters.upgrades + counters.refused_upgrades + counters.deadlocks > 0,
+        "no upgrade tried: {counters:?}"
+    );
+    assert!(counters.reads > 0);
+}
+
+#[test]
+fn a_semaphore_never_has_more_holders_than_its_limit() {
+    let (findings, _, _) = run_mode(Mode::Semaphore);
+    assert!(
+        findings.most_at_once as u64 <= limit_of(2),
+        "checked against the largest LIMIT"
+    );
+}
+
+/// The shared-mode checker itself: a clean history passes, and a writer
+/// overlapping a reader, or a semaphore over its limit, is reported.
+#[test]
+fn the_shared_checker_reports_overlaps_and_overfull_semaphores() {
+    let hold = |owner: &str, token: u64, recv: i64, until: i64, exclusive: bool| ModeHold {
+        key: 0,
+        owner: owner.to_string(),
+        token,
+        exclusive: 0,
+        shared: 0,
+        session: false,
+        conn: token as i64,
+        sent: recv - 10,
+        recv,
+        live_until: until,
+        given_up: Some(until),
+        exclusive_spans: if exclusive {
+            vec![(recv, until)]
+        } else {
+            Vec::new()
+        },
+        exclusive_since: None,
+        ended: "released",
+    };
+    let run = |holds: Vec<ModeHold>, mode: Mode| {
+        let log = ModeLog {
+            holds,
+            counters: ModeCounters::default(),
+        };
+        check_modes(mode, &[WorkerLog::default()], &[log], &[], 1).violations
+    };
+    // Two readers together, then a writer, then a downgraded writer with a
+    // reader: clean.
+    let mut downgraded = hold("d", 40, 400, 600, false);
+    downgraded.exclusive_spans = vec![(400, 450)];
+    let clean = vec![
+        hold("r1", 10, 100, 200, false),
+        hold("r2", 20, 150, 250, false),
+        hold("w", 30, 260, 300, true),
+        downgraded.clone(),
+        hold("r3", 50, 460, 500, false),
+    ];
+    assert_eq!(run(clean.clone(), Mode::ReadWrite), Vec::<String>::new());
+    // A reader inside the downgrading writer's exclusive span.
+    let mut overlap = clean.clone();
+    overlap[4].recv = 440;
+    let found = run(overlap, Mode::ReadWrite);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("a writer with another holder")),
+        "{found:?}"
+    );
+    // Two writers at once.
+    let two = vec![hold("a", 1, 0, 100, true), hold("b", 2, 50, 150, true)];
+    assert!(!run(two, Mode::ReadWrite).is_empty());
+    // Three holders of a LIMIT 2 key.
+    let three = vec![
+        hold("a", 1, 0, 100, false),
+        hold("b", 2, 10, 100, false),
+        hold("c", 3, 20, 100, false),
+    ];
+    let found = run(three.clone(), Mode::Semaphore);
+    assert!(found.iter().any(|v| v.contains("LIMIT 2")), "{found:?}");
+    assert_eq!(
+        run(three[..2].to_vec(), Mode::Semaphore),
+        Vec::<String>::new()
+    );
+}

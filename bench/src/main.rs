@@ -7,7 +7,8 @@
 //!
 //! * `--quick` (or `QUICK=1`): every scenario briefly (< 60 s); the report
 //!   goes to a temporary file unless `--out` is given.
-//! * `--only`: run only these scenarios (1-7; 7 needs 3).
+//! * `--only`: run only these scenarios (7 needs 3's runs); a scenario whose
+//!   commands the server lacks is reported as not available, never an error.
 //! * `--no-pin`: do not pin the server to core 0 and the load to core 1.
 //!
 //! `DLOCK_SERVER` (default `redis-server`), `DLOCK_BENCHMARK` (default
@@ -304,6 +305,30 @@ fn run() -> Res<()> {
     if config.wants(6) {
         step("6: memory per held lock");
         sections.push(scenarios::memory::run(&config)?);
+    }
+    if config.wants(8) {
+        step("8: module tax");
+        sections.push(scenarios::tax::run(&config)?);
+    }
+    if config.wants(9) || config.wants(10) {
+        step("9, 10: read-write lock and semaphore (shared holds)");
+        sections.extend(scenarios::shared::run(
+            &config,
+            config.wants(9),
+            config.wants(10),
+        )?);
+    }
+    if config.wants(11) {
+        step("11: shared release cost against the number of holders");
+        sections.push(scenarios::shared_release::run(&config)?);
+    }
+    if config.wants(12) {
+        step("12: count-down latch");
+        sections.push(scenarios::latch::run(&config)?);
+    }
+    if config.wants(13) {
+        step("13: atomic multi-key acquire");
+        sections.push(scenarios::multikey::run(&config)?);
     }
     sections.sort_by_key(|section| section.number);
     let elapsed = started.elapsed().as_secs_f64();

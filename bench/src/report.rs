@@ -24,6 +24,8 @@ impl Table {
     }
 }
 
+const NOT_RUN: &str = "not available";
+
 /// A target of the brief and whether this run met it.
 pub struct Target {
     pub what: String,
@@ -53,8 +55,20 @@ impl Target {
         }
     }
 
+    /// A target of a scenario that could not run (its commands are missing).
+    pub fn not_run(what: &str, goal: &str) -> Target {
+        Target {
+            what: what.to_string(),
+            measured: NOT_RUN.into(),
+            goal: goal.to_string(),
+            met: false,
+        }
+    }
+
     pub fn verdict(&self) -> &'static str {
-        if self.met {
+        if self.measured == NOT_RUN {
+            "not run"
+        } else if self.met {
             "met"
         } else {
             "MISSED"
@@ -144,6 +158,9 @@ pub fn text(sections: &[Section]) -> String {
     let mut out = String::new();
     for section in sections {
         let _ = writeln!(out, "\n== {}. {} ==", section.number, section.title);
+        if section.tables.is_empty() && !section.about.is_empty() {
+            let _ = writeln!(out, "  {}", section.about.replace("**", ""));
+        }
         for table in &section.tables {
             text_table(&mut out, table);
             out.push('\n');
@@ -246,7 +263,9 @@ pub fn markdown(info: &RunInfo, sections: &[Section], svg_name: Option<&str>) ->
     let _ = writeln!(
         out,
         "and every redis-server it started was (`PORT` is a free port, `DIR` a \
-         fresh temporary directory; scenario 4 adds `--maxclients 20000`):\n"
+         fresh temporary directory; scenario 4 adds `--maxclients 20000`; scenarios \
+         2 and 8 also start the same server without `--loadmodule`, the plain-Redis \
+         reference):\n"
     );
     let _ = writeln!(out, "```sh\n{}\n```\n", info.server_command);
 
@@ -254,7 +273,10 @@ pub fn markdown(info: &RunInfo, sections: &[Section], svg_name: Option<&str>) ->
     let mut targets = Table::new("", &["scenario", "target", "measured", "goal", "result"]);
     for section in sections {
         for target in &section.targets {
-            let verdict = if target.met { "met" } else { "**MISSED**" };
+            let verdict = match target.verdict() {
+                "MISSED" => "**MISSED**",
+                other => other,
+            };
             targets.row(vec![
                 format!("[{}](#s{})", section.number, section.number),
                 target.what.clone(),
@@ -311,8 +333,18 @@ pub fn markdown(info: &RunInfo, sections: &[Section], svg_name: Option<&str>) ->
         out,
         "A missed target is reported, never an error: the bench fails only when \
          something does not work (a server that does not start, a wrong reply, \
-         two holders at once)."
+         two holders at once). A scenario whose commands the server does not have \
+         is reported as not available and its goals as not run."
     );
+    if crate::repo_root().join("client/benches/client.rs").exists() {
+        let _ = writeln!(
+            out,
+            "\nThe Rust client's scenarios (acquire + release through `dlock-client` \
+             against the raw commands, and the renewal cost of 10,000 guards) are \
+             measured by `client/benches/client.rs`, which `make bench` runs next, \
+             and reported in [benchmarks-client.md](benchmarks-client.md)."
+        );
+    }
     out
 }
 

@@ -24,11 +24,23 @@ pub struct Server {
     dir: PathBuf,
     /// The command line it was started with (with `PORT` for the port).
     pub command_line: String,
+    /// Whether dlock is loaded (`--loadmodule`).
+    with_module: bool,
 }
 
 impl Server {
-    /// Starts a server with the base arguments plus `extra`.
+    /// Starts a server with dlock loaded, the base arguments plus `extra`.
     pub fn start(config: &Config, extra: &[&str]) -> Res<Server> {
+        Server::start_with(config, extra, true)
+    }
+
+    /// Starts the same server without the module: the reference of the
+    /// module-tax figures (plain Redis, as users run it before loading dlock).
+    pub fn start_plain(config: &Config, extra: &[&str]) -> Res<Server> {
+        Server::start_with(config, extra, false)
+    }
+
+    fn start_with(config: &Config, extra: &[&str], with_module: bool) -> Res<Server> {
         let dir = std::env::temp_dir().join(format!(
             "dlock-bench-{}-{}",
             std::process::id(),
@@ -39,7 +51,7 @@ impl Server {
         let mut last_error = String::new();
         for _attempt in 0..5 {
             let port = free_port()?;
-            let (program, args) = server_command(config, port, &dir, extra);
+            let (program, args) = server_command(config, port, &dir, extra, with_module);
             let mut command = Command::new(&program);
             command
                 .args(&args)
@@ -57,7 +69,8 @@ impl Server {
                 child: Some(child),
                 port,
                 dir: dir.clone(),
-                command_line: display_command(config, &dir, extra),
+                command_line: display_command(config, &dir, extra, with_module),
+                with_module,
             };
             match server.wait_ready() {
                 Ok(()) => {
@@ -91,6 +104,9 @@ impl Server {
             if let Ok(mut conn) = Conn::connect(self.port) {
                 if let Ok(reply) = conn.call(&["PING"]) {
                     if reply.as_text().as_deref() == Some("PONG") {
+                        if !self.with_module {
+                            return Ok(());
+                        }
                         // The module must be there: DLOCK.INFO of a missing key is null.
                         let probe = conn.call(&["DLOCK.INFO", "bench:probe"]);
                         return match probe {
@@ -136,7 +152,13 @@ impl Drop for Server {
     }
 }
 
-fn base_args(config: &Config, port: &str, dir: &str, extra: &[&str]) -> Vec<String> {
+fn base_args(
+    config: &Config,
+    port: &str,
+    dir: &str,
+    extra: &[&str],
+    with_module: bool,
+) -> Vec<String> {
     let mut args: Vec<String> = [
         "--port",
         port,
@@ -152,20 +174,22 @@ fn base_args(config: &Config, port: &str, dir: &str, extra: &[&str]) -> Vec<Stri
         dir,
         "--logfile",
         "server.log",
-        "--loadmodule",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
-    args.push(config.module.display().to_string());
+    if with_module {
+        args.push("--loadmodule".into());
+        args.push(config.module.display().to_string());
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     args
 }
 
 /// `base_args` for the report: the module path relative to the repository.
-fn shown_args(config: &Config, extra: &[&str]) -> Vec<String> {
+fn shown_args(config: &Config, extra: &[&str], with_module: bool) -> Vec<String> {
     let root = crate::repo_root();
-    let mut args = base_args(config, "PORT", "DIR", extra);
+    let mut args = base_args(config, "PORT", "DIR", extra, with_module);
     if let Ok(relative) = config.module.strip_prefix(&root) {
         if let Some(module) = args
             .iter_mut()
@@ -182,8 +206,15 @@ fn server_command(
     port: u16,
     dir: &std::path::Path,
     extra: &[&str],
+    with_module: bool,
 ) -> (String, Vec<String>) {
-    let args = base_args(config, &port.to_string(), &dir.display().to_string(), extra);
+    let args = base_args(
+        config,
+        &port.to_string(),
+        &dir.display().to_string(),
+        extra,
+        with_module,
+    );
     match config.server_cpu {
         Some(cpu) => {
             let mut all = vec![
@@ -200,13 +231,18 @@ fn server_command(
 
 /// The command line as documented: `PORT` and `DIR` stand for the free port
 /// and the temporary directory of each run.
-fn display_command(config: &Config, _dir: &std::path::Path, extra: &[&str]) -> String {
+fn display_command(
+    config: &Config,
+    _dir: &std::path::Path,
+    extra: &[&str],
+    with_module: bool,
+) -> String {
     let mut words = Vec::new();
     if let Some(cpu) = config.server_cpu {
         words.push(format!("taskset -c {cpu}"));
     }
     words.push(config.redis_server.clone());
-    for arg in shown_args(config, extra) {
+    for arg in shown_args(config, extra, with_module) {
         words.push(shell_quote(&arg));
     }
     words.join(" ")

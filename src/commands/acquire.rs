@@ -43,7 +43,9 @@
 use super::parser::{is_keyword, parse_limit, parse_timeout, ArgCursor, ArgSource, OwnerArg};
 use super::{CommandError, CommandResult};
 use crate::clock;
-use crate::lock::{Grant, Lock, Mode, Request, Want};
+use crate::lock::{self, Grant, Lock, Mode, Request, Want};
+use crate::redis::audit::Fact;
+use crate::redis::grace;
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
 use crate::redis::{scheduler, waiters, Argv, Ctx, KeyName};
@@ -109,6 +111,7 @@ impl<'a> Acquire<'a> {
 
     /// Applies the request to the key `name` and replies (or blocks).
     pub fn apply(self, ctx: Ctx, name: KeyName, fallback: Fallback) -> CommandResult {
+        grace::check_lease(self.ttl_ms)?;
         let mut generated = [0u8; GENERATED_OWNER_LEN];
         let owner: &[u8] = match self.owner {
             OwnerArg::Named(owner) => owner,
@@ -122,14 +125,32 @@ impl<'a> Acquire<'a> {
         };
         let mut key = ctx.open_lock(name, true)?;
         scheduler::adopt_orphans_at(ctx, name, &mut key);
-        let now_ms = clock::now_ms();
+        // The clock, read once: leases and the token floor.
+        let now_us = clock::now_us();
+        let now_ms = now_us / 1_000;
+        // The grace window defers new holds: as if the lock were held.
+        let window = grace::window(now_ms);
+        if lock::grace::defers(window, key.lock(), owner, self.want, now_ms) {
+            grace::count_deferred();
+            let blocks = self.block_ms.is_some() && ctx.may_block();
+            if key.lock().is_none() && !blocks && fallback == Fallback::Nothing {
+                ctx.reply_null();
+                return Ok(());
+            }
+        }
         let lock = match key.lock_mut() {
             Some(lock) => lock,
             None => key.insert(Lock::new())?,
         };
-        let mut step = keyspace::step(now_ms);
-        if let Some(grant) = lock.acquire(request, &mut step) {
-            stats::record(ctx, grant_event(grant), name);
+        let issue = keyspace::token_issuer(now_us);
+        let mut step = keyspace::step_at(now_us, &issue);
+        if let Some(grant) = lock::grace::acquire(lock, window, request, &mut step) {
+            let fact = Fact {
+                owner,
+                token: grant.token,
+                holds: grant.holds,
+            };
+            stats::record_fact(ctx, grant_event(grant), name, fact);
             let changes = Changes {
                 session: request.session.filter(|_| !grant.reentry),
                 ..Changes::default()
@@ -158,8 +179,13 @@ impl<'a> Acquire<'a> {
             Fallback::Reserve { .. } if self.owner == OwnerArg::Generate => Changes::default(),
             Fallback::Reserve { for_ms } => {
                 let deadline_ms = now_ms.saturating_add(for_ms);
-                if lock.reserve(owner, self.want, deadline_ms) {
-                    stats::record(ctx, Event::Reserve, name);
+                if lock.reserve(owner, self.want, deadline_ms, now_ms) {
+                    let fact = Fact {
+                        owner,
+                        token: 0,
+                        holds: 0,
+                    };
+                    stats::record_fact(ctx, Event::Reserve, name, fact);
                     Changes {
                         reserved: Some((owner, deadline_ms, self.want)),
                         ..Changes::default()

@@ -1,4 +1,4 @@
-//! `DLOCK.FAIR key owner ttl [BLOCK timeout] [SESSION]`
+//! `DLOCK.FAIR key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]`
 //!
 //! Like DLOCK.ACQUIRE, but a caller that is not granted the lock and does not
 //! block keeps its place: it joins the queue (or keeps its place if it has
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 /// `dlock.fair-reservation-ms`: how long a FAIR reservation keeps its place.
 pub static FAIR_RESERVATION_MS: AtomicI64 = AtomicI64::new(5_000);
 
-/// Command entry: `DLOCK.FAIR key owner ttl [BLOCK timeout] [SESSION]`.
+/// Command entry: `DLOCK.FAIR key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]`.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     let request = Acquire::parse(args)?;
     let name = args.key(1).ok_or(CommandError::WrongArity)?;

@@ -31,6 +31,8 @@ pub enum CommandError {
     /// Unknown or repeated option, or an option missing its value.
     Syntax,
     InvalidTtl,
+    /// A ttl above `dlock.max-lease-ms`.
+    LeaseTooLong,
     InvalidOwner,
     /// BLOCK with a negative or non-integer timeout.
     InvalidTimeout,
@@ -68,6 +70,9 @@ impl CommandError {
             CommandError::Syntax => c"ERR syntax error",
             CommandError::InvalidTtl => {
                 c"ERR invalid ttl: must be a positive integer of milliseconds below 2^53"
+            }
+            CommandError::LeaseTooLong => {
+                c"ERR invalid ttl: above dlock.max-lease-ms, the longest lease this server grants"
             }
             CommandError::InvalidOwner => {
                 c"ERR invalid owner: must be 1 to 512 bytes, or * to generate one"

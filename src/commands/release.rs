@@ -17,6 +17,7 @@ use super::parser::{is_keyword, parse_owner, ArgCursor, ArgSource};
 use super::{CommandError, CommandResult};
 use crate::clock;
 use crate::lock::Mode;
+use crate::redis::audit::{self, Fact};
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
 use crate::redis::{Argv, Ctx, KeyName};
@@ -47,16 +48,30 @@ impl<'a> Release<'a> {
 
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
         let mut key = ctx.open_lock(name, true)?;
-        let now_ms = clock::now_ms();
+        // The clock, read once: leases and the token floor of hand-offs.
+        let now_us = clock::now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
-        let mut step = keyspace::step(now_ms);
+        let issue = keyspace::token_issuer(now_us);
+        let mut step = keyspace::step_at(now_us, &issue);
+        // The token, for the audit channel, before a release to zero ends the hold.
+        let token = audit::is_on()
+            .then(|| lock.holders().get(self.owner).map(|hold| hold.token))
+            .flatten();
         let released = lock.release(self.owner, self.mode, &mut step);
         if let Ok(_remaining) = released {
             let event = match self.mode {
                 Mode::Exclusive => Event::Release,
                 Mode::Shared => Event::ReleaseShared,
             };
-            stats::record(ctx, event, name);
+            let fact = Fact {
+                owner: self.owner,
+                token: token.unwrap_or(0),
+                holds: lock
+                    .holders()
+                    .get(self.owner)
+                    .map_or(0, |hold| hold.count(self.mode)),
+            };
+            stats::record_fact(ctx, event, name, fact);
         }
         // Settled either way: holders whose lease ended were dropped.
         settle(ctx, name, &mut key, step, Changes::default());

@@ -12,6 +12,7 @@
 use super::parser::{parse_owner, ArgCursor, ArgSource};
 use super::{CommandError, CommandResult};
 use crate::clock;
+use crate::redis::audit::Fact;
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
 use crate::redis::{Argv, Ctx, KeyName};
@@ -37,13 +38,24 @@ impl<'a> Renew<'a> {
     }
 
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
+        crate::redis::grace::check_lease(self.ttl_ms)?;
         let mut key = ctx.open_lock(name, true)?;
-        let now_ms = clock::now_ms();
+        // The clock, read once: leases and the token floor of hand-offs.
+        let now_us = clock::now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
-        let mut step = keyspace::step(now_ms);
+        let issue = keyspace::token_issuer(now_us);
+        let mut step = keyspace::step_at(now_us, &issue);
         let renewed = lock.renew(self.owner, self.ttl_ms, &mut step);
-        if renewed.is_ok() {
-            stats::record(ctx, Event::Renew, name);
+        if let Ok(token) = renewed {
+            let fact = Fact {
+                owner: self.owner,
+                token,
+                holds: lock
+                    .holders()
+                    .get(self.owner)
+                    .map_or(0, |hold| hold.total()),
+            };
+            stats::record_fact(ctx, Event::Renew, name, fact);
         }
         // Settled either way: holders whose lease ended were dropped.
         settle(ctx, name, &mut key, step, Changes::default());

@@ -99,8 +99,8 @@ pub fn valid_hold(
             .is_some_and(|total| total >= 1)
         && (1..=MAX_TOKEN).contains(&token)
         && deadline_ms <= MAX_TOKEN;
-    valid.then_some(Hold {
-        owner,
+    valid.then(|| Hold {
+        owner: owner.into(),
         exclusive,
         shared,
         token,
@@ -269,7 +269,7 @@ mod tests {
             };
             lock.acquire(request, &mut step);
         }
-        lock.reserve(b"r1", Want::EXCLUSIVE, 5_000);
+        lock.reserve(b"r1", Want::EXCLUSIVE, 5_000, 0);
         let waiter = Waiter {
             id: 1,
             ttl_ms: 10,
@@ -281,7 +281,7 @@ mod tests {
             mode: Mode::Shared,
             limit: Some(3),
         };
-        lock.reserve(b"r2", shared, 6_000);
+        lock.reserve(b"r2", shared, 6_000, 0);
         lock
     }
 

@@ -15,7 +15,7 @@ use std::num::NonZeroU64;
 /// One owner's holds on a lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hold {
-    pub owner: Box<[u8]>,
+    pub owner: super::OwnerName,
     /// Exclusive re-entry count (0: the owner holds the lock only shared).
     pub exclusive: u64,
     /// Shared re-entry count (0: the owner holds the lock only exclusively).
@@ -76,7 +76,7 @@ impl Many {
         let start = self.next_start;
         self.next_start += 1;
         self.index(start, &hold);
-        self.by_owner.insert(hold.owner.clone(), start);
+        self.by_owner.insert(hold.owner.as_bytes().into(), start);
         self.by_start.insert(start, hold);
     }
 
@@ -109,7 +109,7 @@ impl Many {
     fn remove_start(&mut self, start: u64) -> Option<Hold> {
         let hold = self.by_start.remove(&start)?;
         self.unindex(start, &hold);
-        self.by_owner.remove(&hold.owner);
+        self.by_owner.remove(hold.owner.as_bytes());
         Some(hold)
     }
 }
@@ -240,7 +240,7 @@ impl Holders {
         many.unindex(start, &hold);
         result = change(&mut hold);
         if hold.total() == 0 {
-            many.by_owner.remove(&hold.owner);
+            many.by_owner.remove(hold.owner.as_bytes());
         } else {
             many.index(start, &hold);
             many.by_start.insert(start, hold);
@@ -338,7 +338,7 @@ impl Holders {
     /// Approximate heap bytes, for MEMORY USAGE.
     pub fn heap_bytes(&self) -> usize {
         match (&self.one, &self.many) {
-            (Some(hold), _) => hold.owner.len(),
+            (Some(hold), _) => hold.owner.heap_len(),
             (None, Some(many)) => {
                 std::mem::size_of::<Many>()
                     + many
@@ -418,13 +418,13 @@ mod tests {
         let expired: Vec<Box<[u8]>> = holders
             .remove_expired(250)
             .into_iter()
-            .map(|h| h.owner)
+            .map(|h| h.owner.into())
             .collect();
         assert_eq!(expired, vec![Box::from(&b"a"[..]), Box::from(&b"b"[..])]);
         let ended: Vec<Box<[u8]>> = holders
             .remove_session(7)
             .into_iter()
-            .map(|h| h.owner)
+            .map(|h| h.owner.into())
             .collect();
         assert_eq!(ended, vec![Box::from(&b"c"[..])]);
         assert_eq!(holders.single().map(|h| &*h.owner), Some(&b"d"[..]));

@@ -9,14 +9,18 @@
 //! instant up to and including its deadline, exactly like a Redis key whose
 //! expire time is that deadline: the lock is free once `now > deadline`.
 
+pub mod audit;
 pub mod codec;
+pub mod grace;
 mod holders;
 pub mod latch;
 pub mod multi;
+mod owner;
 mod queue;
 mod token;
 
 pub use holders::{Hold, Holders};
+pub use owner::OwnerName;
 pub use queue::{
     stored_reservations, Entry, EntryKind, Queue, Waiter, WaiterId, Want, UPGRADE_SEQ,
 };
@@ -97,11 +101,14 @@ pub struct Step<'a> {
     /// Multi-key requests found at the head of the queue and grantable
     /// here: the adapter tries to grant them on all their keys at once.
     pub ready: Vec<WaiterId>,
-    /// Owners whose hold began, changed or ended while the lock had several
-    /// holders (with one holder or none the whole state is replicated).
+    /// Owners whose hold began, changed or ended, each noted while the lock
+    /// had several holders after the change.
     pub touched: Vec<Box<[u8]>>,
-    /// Holds dropped because their lease had ended.
-    pub expired: usize,
+    /// A hold changed while the lock had one holder or none: `touched` does
+    /// not list every change, and the whole holder set must be replicated.
+    pub whole: bool,
+    /// Holds dropped because their lease had ended (as they were).
+    pub expired: Vec<Hold>,
     /// Whether any hold began, changed or ended.
     pub holds_changed: bool,
 }
@@ -120,7 +127,8 @@ impl<'a> Step<'a> {
             woken: Vec::new(),
             ready: Vec::new(),
             touched: Vec::new(),
-            expired: 0,
+            whole: false,
+            expired: Vec::new(),
             holds_changed: false,
         }
     }
@@ -134,6 +142,19 @@ impl<'a> Step<'a> {
 
 fn no_multi_key(_: WaiterId) -> bool {
     false
+}
+
+/// One replicated effect on the holders (`DLOCK.SETSTATE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HolderEffect<'a> {
+    /// The only holder: every other hold ends (`HOLD`).
+    Only(&'a Hold),
+    /// One holder's state beside the others (`HOLDER`).
+    Beside(&'a Hold),
+    /// One owner's holds ended (`DROP`).
+    Drop(&'a [u8]),
+    /// Every hold ended (`FREE`).
+    Free,
 }
 
 /// The state of one lock key: its holders and its wait queue.
@@ -296,11 +317,15 @@ impl Lock {
         }
     }
 
-    /// Records that `owner`'s hold changed, for replication.
+    /// Records, after a change, that `owner`'s hold began, changed or
+    /// ended, for replication: by name while several owners hold the lock,
+    /// otherwise as a change of the whole (small) holder set.
     fn touch(&self, owner: &[u8], step: &mut Step<'_>) {
         step.holds_changed = true;
         if self.holders.is_many() {
             step.touched.push(owner.into());
+        } else {
+            step.whole = true;
         }
     }
 
@@ -314,11 +339,8 @@ impl Lock {
             return;
         }
         for hold in self.holders.remove_expired(step.now_ms) {
-            step.expired += 1;
-            step.holds_changed = true;
-            if self.holders.is_many() {
-                step.touched.push(hold.owner);
-            }
+            self.touch(&hold.owner, step);
+            step.expired.push(hold);
         }
     }
 
@@ -335,7 +357,6 @@ impl Lock {
         step: &mut Step<'_>,
     ) -> Grant {
         let deadline_ms = step.now_ms.saturating_add(ttl_ms);
-        let was_many = self.holders.is_many();
         let reentry = self
             .holders
             .get(owner)
@@ -378,12 +399,6 @@ impl Lock {
                     deadline_ms,
                     session: session.and_then(std::num::NonZeroU64::new),
                 });
-                if !was_many && self.holders.is_many() {
-                    // The first holder's state is replicated alongside.
-                    if let Some(first) = self.holders.iter().next() {
-                        step.touched.push(first.owner.clone());
-                    }
-                }
                 Grant {
                     token,
                     holds: 1,
@@ -455,6 +470,7 @@ impl Lock {
         let Some(Entry {
             owner,
             kind: EntryKind::Waiter(waiter),
+            ..
         }) = self.queue.remove(seq)
         else {
             return None;
@@ -474,14 +490,17 @@ impl Lock {
     /// owner), or already holding the lock (an upgrade that cannot be
     /// granted), keeps no reservation. Returns whether one was made or
     /// refreshed.
-    pub fn reserve(&mut self, owner: &[u8], want: Want, deadline_ms: u64) -> bool {
+    ///
+    /// A new reservation records `now_ms` as the moment its owner joined
+    /// the queue (for `DLOCK.INFO key FULL`); a refresh keeps the first.
+    pub fn reserve(&mut self, owner: &[u8], want: Want, deadline_ms: u64, now_ms: u64) -> bool {
         let kind = EntryKind::Reservation { deadline_ms, want };
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
             None if !self.queue.seqs_of(owner).is_empty() => return false,
             None if self.holders.get(owner).is_some() => return false,
             None => {
-                self.queue.push(owner, kind);
+                self.queue.push(owner, kind, now_ms);
             }
         }
         true
@@ -494,7 +513,8 @@ impl Lock {
         match self.queue.reservation_of(owner) {
             Some(seq) => self.queue.replace(seq, kind),
             None => {
-                self.queue.push(owner, kind);
+                // When it was made is not persisted: unknown.
+                self.queue.push(owner, kind, 0);
             }
         }
     }
@@ -517,7 +537,7 @@ impl Lock {
         // becomes a re-entry once the upgrade is granted.
         let second_of_upgrader = self.queue.upgrading_owner() == Some(owner);
         if upgrading && !second_of_upgrader {
-            if self.queue.push_upgrade(owner, waiter) {
+            if self.queue.push_upgrade(owner, waiter, now_ms) {
                 return Ok(UPGRADE_SEQ);
             }
             return Err(Deadlock);
@@ -527,7 +547,7 @@ impl Lock {
                 self.queue.replace(seq, EntryKind::Waiter(waiter));
                 seq
             }
-            None => self.queue.push(owner, EntryKind::Waiter(waiter)),
+            None => self.queue.push(owner, EntryKind::Waiter(waiter), now_ms),
         })
     }
 
@@ -569,7 +589,6 @@ impl Lock {
         if !held {
             return Err(NotOwner);
         }
-        let was_many = self.holders.is_many();
         let remaining = self
             .holders
             .update(owner, |hold| {
@@ -580,11 +599,28 @@ impl Lock {
                 hold.total()
             })
             .ok_or(NotOwner)?;
-        step.holds_changed = true;
-        if was_many {
-            step.touched.push(owner.into());
-        }
+        self.touch(owner, step);
         Ok(remaining)
+    }
+
+    /// Takes back one hold of `mode` granted to `owner` under `token` whose
+    /// grant never reached its client (the server dropped the reply); false
+    /// when that hold is gone already or the owner holds under another token.
+    pub fn revoke(&mut self, owner: &[u8], mode: Mode, token: u64, step: &mut Step<'_>) -> bool {
+        self.expire_holders(step);
+        let granted = self
+            .holders
+            .get(owner)
+            .is_some_and(|hold| hold.token == token && hold.count(mode) > 0);
+        if !granted {
+            return false;
+        }
+        self.holders.update(owner, |hold| match mode {
+            Mode::Exclusive => hold.exclusive -= 1,
+            Mode::Shared => hold.shared -= 1,
+        });
+        self.touch(owner, step);
+        true
     }
 
     /// Resets the lease of `owner`'s hold (any mode) to `ttl_ms` from now;
@@ -609,18 +645,14 @@ impl Lock {
     }
 
     /// Releases every hold tied to connection `client` (SESSION); returns
-    /// whether there was one.
-    pub fn end_session(&mut self, client: u64, step: &mut Step<'_>) -> bool {
+    /// the holds that ended.
+    pub fn end_session(&mut self, client: u64, step: &mut Step<'_>) -> Vec<Hold> {
         self.expire_holders(step);
-        let was_many = self.holders.is_many();
         let ended = self.holders.remove_session(client);
         for hold in &ended {
-            step.holds_changed = true;
-            if was_many {
-                step.touched.push(hold.owner.clone());
-            }
+            self.touch(&hold.owner, step);
         }
-        !ended.is_empty()
+        ended
     }
 
     /// Hands the lock on: drops holders whose lease ended, expired
@@ -655,6 +687,7 @@ impl Lock {
             let Some(Entry {
                 owner,
                 kind: EntryKind::Waiter(waiter),
+                ..
             }) = self.queue.remove(seq)
             else {
                 return;
@@ -744,6 +777,49 @@ impl Lock {
             .map(std::num::NonZeroU64::get)
     }
 
+    /// The effects that bring a replica's holders to this lock's after
+    /// `step`: the whole set when it has one holder or none (`Only` or
+    /// `Free`, which replace every hold), or when the step changed it while
+    /// it was that small (`Free`, then `Beside` for each); otherwise only the
+    /// owners the step touched (`Beside` or `Drop` each), so that a change
+    /// among many holders costs one effect, not one per holder.
+    pub fn holder_effects(&self, step: &mut Step<'_>, mut emit: impl FnMut(HolderEffect<'_>)) {
+        if let Some(hold) = self.holders.single() {
+            emit(HolderEffect::Only(hold));
+            return;
+        }
+        if self.holders.is_empty() {
+            emit(HolderEffect::Free);
+            return;
+        }
+        if step.whole {
+            emit(HolderEffect::Free);
+            for hold in self.holders.iter() {
+                emit(HolderEffect::Beside(hold));
+            }
+            return;
+        }
+        let mut touched = std::mem::take(&mut step.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for owner in &touched {
+            match self.holders.get(owner) {
+                Some(hold) => emit(HolderEffect::Beside(hold)),
+                None => emit(HolderEffect::Drop(owner)),
+            }
+        }
+    }
+
+    /// Applies one replicated effect.
+    pub fn apply_effect(&mut self, effect: HolderEffect<'_>) {
+        match effect {
+            HolderEffect::Only(hold) => self.apply_hold(hold.clone(), true),
+            HolderEffect::Beside(hold) => self.apply_hold(hold.clone(), false),
+            HolderEffect::Drop(owner) => self.apply_drop(owner),
+            HolderEffect::Free => self.apply_free(),
+        }
+    }
+
     /// The persistent part: the holders (without sessions) and the
     /// reservations. Blocked waiters are connection state and stay behind.
     pub fn persistent_copy(&self) -> Lock {
@@ -798,6 +874,8 @@ impl Lock {
     }
 }
 
+#[cfg(test)]
+mod queue_time_tests;
 #[cfg(test)]
 mod shared_tests;
 #[cfg(test)]

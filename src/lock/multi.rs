@@ -214,7 +214,7 @@ mod tests {
 
         fn release_everything(&mut self) {
             for lock in &mut self.locks {
-                let owners: Vec<Box<[u8]>> = lock
+                let owners: Vec<super::super::OwnerName> = lock
                     .holders()
                     .iter()
                     .map(|hold| hold.owner.clone())

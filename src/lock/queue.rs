@@ -61,11 +61,26 @@ impl Want {
 }
 
 /// One place in the queue.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Entry {
     pub owner: Box<[u8]>,
     pub kind: EntryKind,
+    /// When the owner took this place (ms since the epoch; a reservation
+    /// refreshed in place, or a waiter taking over its owner's reservation,
+    /// keeps it); 0 when unknown (a reservation restored from a file or
+    /// received by a replica).
+    pub since_ms: u64,
 }
+
+/// Two entries are the same place whatever `since_ms` says: it is
+/// bookkeeping for `DLOCK.INFO key FULL`, never persisted or replicated.
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.owner == other.owner && self.kind == other.kind
+    }
+}
+
+impl Eq for Entry {}
 
 impl Entry {
     /// What the entry asks for.
@@ -185,7 +200,7 @@ impl Inner {
     }
 
     /// Appends an entry at the tail; returns its sequence number.
-    pub fn push(&mut self, owner: &[u8], kind: EntryKind) -> u64 {
+    pub fn push(&mut self, owner: &[u8], kind: EntryKind, since_ms: u64) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.insert(
@@ -193,6 +208,7 @@ impl Inner {
             Entry {
                 owner: owner.into(),
                 kind,
+                since_ms,
             },
         );
         seq
@@ -200,13 +216,14 @@ impl Inner {
 
     /// Puts an upgrading owner's waiter ahead of every entry; false when an
     /// upgrade already waits there.
-    pub fn push_upgrade(&mut self, owner: &[u8], waiter: Waiter) -> bool {
+    pub fn push_upgrade(&mut self, owner: &[u8], waiter: Waiter, since_ms: u64) -> bool {
         if self.entries.contains_key(&UPGRADE_SEQ) {
             return false;
         }
         let entry = Entry {
             owner: owner.into(),
             kind: EntryKind::Waiter(waiter),
+            since_ms,
         };
         self.insert(UPGRADE_SEQ, entry);
         true
@@ -289,6 +306,7 @@ impl Inner {
                 Entry {
                     owner: entry.owner,
                     kind,
+                    since_ms: entry.since_ms,
                 },
             );
         }
@@ -398,19 +416,20 @@ impl Queue {
             .map_or(0, |inner| std::mem::size_of::<Inner>() + inner.heap_bytes())
     }
 
-    /// Appends an entry at the tail; returns its sequence number.
-    pub fn push(&mut self, owner: &[u8], kind: EntryKind) -> u64 {
+    /// Appends an entry at the tail, taken at `since_ms` (0: unknown);
+    /// returns its sequence number.
+    pub fn push(&mut self, owner: &[u8], kind: EntryKind, since_ms: u64) -> u64 {
         self.inner
             .get_or_insert_with(Box::default)
-            .push(owner, kind)
+            .push(owner, kind, since_ms)
     }
 
     /// Puts an upgrading owner's waiter at the head ([`UPGRADE_SEQ`]);
     /// false when another upgrade already waits.
-    pub fn push_upgrade(&mut self, owner: &[u8], waiter: Waiter) -> bool {
+    pub fn push_upgrade(&mut self, owner: &[u8], waiter: Waiter, since_ms: u64) -> bool {
         self.inner
             .get_or_insert_with(Box::default)
-            .push_upgrade(owner, waiter)
+            .push_upgrade(owner, waiter, since_ms)
     }
 
     /// The owner whose upgrade waits at the head, if any.
@@ -464,7 +483,7 @@ impl Queue {
         let mut copy = Queue::default();
         for (_, entry) in self.entries() {
             if let EntryKind::Reservation { .. } = entry.kind {
-                copy.push(&entry.owner, entry.kind.clone());
+                copy.push(&entry.owner, entry.kind.clone(), entry.since_ms);
             }
         }
         copy

@@ -20,6 +20,9 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 
 const OWNERS: [&[u8]; 4] = [b"p", b"q", b"r", b"s"];
+
+/// A hold as persisted and replicated: owner, exclusive, shared, token, deadline.
+type StoredHold = (Box<[u8]>, u64, u64, u64, u64);
 const RESERVATION_MS: u64 = 30;
 
 #[derive(Clone, Copy, Debug)]
@@ -273,6 +276,8 @@ proptest! {
     #[test]
     fn shared_and_exclusive_requests_follow_the_rules(ops in prop::collection::vec(op(), 1..150)) {
         let mut lock = Lock::new();
+        // Fed only the replicated effects of every step, as a replica is.
+        let mut replica = Lock::new();
         let mut model = Model::default();
         let tokens = Cell::new(0u64);
         let issue = || {
@@ -284,6 +289,9 @@ proptest! {
         let mut next_waiter: WaiterId = 0;
 
         for op in ops {
+            if let Op::Wait { ms } = op {
+                now += ms;
+            }
             model.expire(now);
             let mut step = Step::new(now, &issue, &present);
             match op {
@@ -333,7 +341,7 @@ proptest! {
                             }
                             Op::Fair { .. } => {
                                 let deadline = now + RESERVATION_MS;
-                                let made = lock.reserve(OWNERS[owner], want, deadline);
+                                let made = lock.reserve(OWNERS[owner], want, deadline, 0);
                                 let reserved_at = model.places.iter().position(|p| matches!(p, Place::Reserved { owner: o, .. } if *o == owner));
                                 let queued = model.places.iter().any(|p| p.owner() == owner);
                                 let holds = model.holders.contains_key(&owner);
@@ -390,17 +398,31 @@ proptest! {
                         model.places.retain(|p| !matches!(p, Place::Waiter { id: i, .. } if *i == id));
                     }
                 }
-                Op::Wait { ms } => now += ms,
+                Op::Wait { .. } => {}
             }
-            // What the adapter does after every change.
+            // What the adapter does after every change: hand the lock on in
+            // the same step, then replicate what the step changed.
             let woken = std::mem::take(&mut step.woken);
             model.apply_woken(&woken, step.now_ms)?;
-            let mut settle = Step::new(now, &issue, &present);
             model.expire(now);
-            lock.hand_off(&mut settle);
-            model.apply_woken(&settle.woken, now)?;
+            lock.hand_off(&mut step);
+            model.apply_woken(&step.woken, now)?;
             model.check_settled()?;
             check_agrees(&lock, &model, now)?;
+            if step.holds_changed {
+                lock.holder_effects(&mut step, |effect| replica.apply_effect(effect));
+            }
+            let holds = |lock: &Lock| -> Vec<StoredHold> {
+                let mut all: Vec<_> = lock
+                    .holders()
+                    .iter()
+                    .filter(|hold| hold.is_live(now))
+                    .map(|h| (h.owner.as_bytes().into(), h.exclusive, h.shared, h.token, h.deadline_ms))
+                    .collect();
+                all.sort();
+                all
+            };
+            prop_assert_eq!(holds(&replica), holds(&lock), "the replica's holders follow the effects");
         }
     }
 }

@@ -157,17 +157,6 @@ pub fn flush_database(db: i32) {
     answer(ids, Answer::Gone);
 }
 
-/// A latch arrived at `name` by RENAME or MOVE: its awaiters asked for the
-/// old name, where the latch disappeared without opening: 0.
-pub fn latch_moved(ctx: Ctx, name: KeyName) {
-    let Ok(mut key) = open_latch(ctx, name, false) else {
-        return;
-    };
-    if let Some(latch) = key.latch_mut() {
-        answer(latch.take_awaiters(), Answer::Gone);
-    }
-}
-
 /// SWAPDB of `first` and `second`: the latches their awaiters wait for now
 /// live under the other database: they are answered 0.
 pub fn databases_swapped(ctx: Ctx, first: i32, second: i32) {

@@ -43,6 +43,12 @@ const OWNER: Arg = Arg {
     optional: false,
     summary: c"1 to 512 bytes naming the holder, or * for a server-generated UUID",
 };
+/// The owner of RELEASE and RENEW, where `*` is a literal owner.
+const HELD_OWNER: Arg = Arg {
+    summary:
+        c"1 to 512 bytes naming the holder (compared byte for byte; * is a literal owner here)",
+    ..OWNER
+};
 const TTL: Arg = Arg {
     name: c"ttl",
     kind: INTEGER,
@@ -70,6 +76,14 @@ const LIMIT: Arg = Arg {
     token: Some(c"LIMIT"),
     optional: true,
     summary: c"with SHARED: at most this many owners holding the lock shared, the caller included",
+};
+const FULL: Arg = Arg {
+    name: c"full",
+    kind: TOKEN,
+    token: Some(c"FULL"),
+    optional: true,
+    summary:
+        c"also each queue entry's kind, mode, wait, deadline and client, and each holder's detail",
 };
 const SESSION: Arg = Arg {
     name: c"session",
@@ -106,7 +120,7 @@ pub const COMMAND_INFO: &[Info] = &[
         complexity: c"O(log N + K log N) where N is the number of queued clients and holders and K the waiters granted",
         arity: -3,
         key_flags: RW_UPDATE,
-        args: &[OWNER, SHARED],
+        args: &[HELD_OWNER, SHARED],
     },
     Info {
         name: c"dlock.renew",
@@ -114,15 +128,15 @@ pub const COMMAND_INFO: &[Info] = &[
         complexity: c"O(log N) where N is the number of holders",
         arity: 4,
         key_flags: RW_UPDATE,
-        args: &[OWNER, TTL],
+        args: &[HELD_OWNER, TTL],
     },
     Info {
         name: c"dlock.info",
         summary: c"Returns the exclusive holder, the queue, and every holder with its counts, token and lease.",
         complexity: c"O(N) where N is the number of queued clients and holders",
-        arity: 2,
+        arity: -2,
         key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-        args: &[],
+        args: &[FULL],
     },
     Info {
         name: c"dlock.setstate",
@@ -308,12 +322,12 @@ fn register_with(ctx: *mut raw::RedisModuleCtx, info: &Info, layout: KeyLayout) 
         version: &version,
         summary: info.summary.as_ptr(),
         complexity: info.complexity.as_ptr(),
-        since: c"1.0.0".as_ptr(),
+        since: crate::version::VERSION_C.as_ptr(),
         history: std::ptr::null_mut(),
         tips: std::ptr::null(),
         arity: info.arity,
         key_specs: key_specs.as_mut_ptr(),
-        args: if info.args.is_empty() && info.name != c"dlock.info" {
+        args: if info.args.is_empty() {
             std::ptr::null_mut()
         } else {
             args.as_mut_ptr()

@@ -12,24 +12,36 @@ use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::ffi::api;
+use super::ffi::{api, KeyName};
 use super::stats::{self, Event};
-use super::{scheduler, tokens, waiters};
+use super::{audit, scheduler, tokens, waiters};
 use crate::lock::codec::{self, reservations, Sink, Source};
 use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
 
-static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+thread_local! {
+    /// True on Redis's main thread (set in the module's init, which runs there).
+    static ON_MAIN_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
-/// Records Redis's main thread and asks Redis to report a truncated or
-/// corrupt value as an error to the loader instead of aborting the server;
-/// called from the module's init.
+/// Records Redis's main thread and declares the module's options; called
+/// from the module's init:
+/// * `HANDLE_IO_ERRORS`: a truncated or corrupt value is reported to the
+///   loader as an error instead of aborting the server;
+/// * `HANDLE_REPL_ASYNC_LOAD`: a replica may load its master's data set
+///   beside the live one (`repl-diskless-load swapdb`, async loading); the
+///   module keeps the two apart (see [`super::events`]). Servers without
+///   async loading ignore the flag.
 pub fn init(ctx: &redis_module::Context) {
-    let _ = MAIN_THREAD.set(std::thread::current().id());
-    api!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
+    ON_MAIN_THREAD.with(|main| main.set(true));
+    let options =
+        raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
+    api!(RedisModule_SetModuleOptions(ctx.ctx, options as c_int) else ());
 }
 
 pub(super) fn on_main_thread() -> bool {
-    MAIN_THREAD.get() == Some(&std::thread::current().id())
+    ON_MAIN_THREAD
+        .try_with(std::cell::Cell::get)
+        .unwrap_or(false)
 }
 
 /// The type name shown by TYPE; exactly 9 characters, as Redis requires.
@@ -57,12 +69,63 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy: Some(copy),
         defrag: None,
         mem_usage2: None,
+        // Without a free effort Redis counts a value as one allocation and
+        // frees it at once, on the main thread, right after unlinking it.
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink),
         copy2: None,
         aux_save2: None,
     },
 );
+
+/// What `redis_module!` registers as the module's data type: creates
+/// [`LOCK_TYPE`], first quieting the crate's defrag notice.
+pub struct LockTypeRegistration;
+
+/// The `data_types:` entry of the module (see [`LockTypeRegistration`]).
+pub static LOCK_TYPE_REGISTRATION: LockTypeRegistration = LockTypeRegistration;
+
+impl LockTypeRegistration {
+    /// Called by the OnLoad that `redis_module!` generates, after
+    /// `RedisModule_Init` and before the crate registers defrag callbacks.
+    pub fn create_data_type(&self, ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
+        quiet_defrag_notice(ctx);
+        LOCK_TYPE.create_data_type(ctx)
+    }
+}
+
+/// redis-module 2.0.8's OnLoad logs "Skip register defrag callbacks as
+/// defrag callbacks is not supported on the current Redis server." at
+/// warning level on every server without `RedisModule_RegisterDefragCallbacks`
+/// (Redis 7.0, Valkey), although dlock registers no defrag callbacks and
+/// loses nothing. The line is not dlock's and its level is fixed in the
+/// crate, so where the API is missing this fills the crate's function
+/// pointer with a stand-in that registers nothing (the crate calls it only
+/// when defrag callbacks exist, and dlock has none) and logs the fact at
+/// verbose level instead.
+fn quiet_defrag_notice(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: Redis filled the API pointers in RedisModule_Init on this
+    // (main) thread; nothing reads them concurrently during OnLoad.
+    let missing =
+        unsafe { std::ptr::addr_of!(raw::RedisModule_RegisterDefragCallbacks).read() }.is_none();
+    if missing {
+        // SAFETY: as above; the stand-in has the pointer's exact signature.
+        unsafe { raw::RedisModule_RegisterDefragCallbacks = Some(no_defrag_callbacks) };
+        redis_module::Context::new(ctx).log_verbose(
+            "dlock: this server has no defrag callbacks API; dlock registers none, nothing is lost",
+        );
+    }
+}
+
+/// Stands in for `RedisModule_RegisterDefragCallbacks` on servers without
+/// it: there is nothing to register.
+unsafe extern "C" fn no_defrag_callbacks(
+    _ctx: *mut raw::RedisModuleCtx,
+    _start: raw::RedisModuleDefragFunc,
+    _end: raw::RedisModuleDefragFunc,
+) -> c_int {
+    raw::REDISMODULE_OK as c_int
+}
 
 /// Runs a callback body, turning a panic into `fallback` (a panic unwinding
 /// into Redis would abort the server).
@@ -120,7 +183,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         match lock {
             Some(lock) => {
                 for hold in lock.holders().iter() {
-                    tokens::observe(hold.token);
+                    tokens::observe_loaded(hold.token);
                 }
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
             }
@@ -257,29 +320,100 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
     let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    if !on_main_thread() {
+        // An asynchronous flush (FLUSHALL ASYNC, a replica discarding a data
+        // set after a diskless load) frees on a background thread, where the
+        // main thread's registries must not be touched; its waiters were
+        // dealt with by the flush event, and nothing is counted.
+        return;
+    }
+    // Waiters taken out when Redis unlinked the value (see `unlink`).
+    let mut departed = scheduler::take_departed_waiters(value as usize);
+    if lock.holders().is_empty() && lock.queue().waiter_count() == 0 && departed.is_empty() {
+        // The common end of a lock (released, then deleted): nothing to do.
+        return;
+    }
     let now = crate::clock::now_ms();
     let lease_expired = lock
         .holders()
         .latest_deadline()
         .is_some_and(|deadline| deadline < now);
-    let has_waiters = lock.queue().waiter_count() > 0;
-    if lease_expired && !has_waiters {
-        // Redis expired the key (or it was deleted after its lease ended).
-        stats::count(Event::Expire);
-    }
-    if !has_waiters || !on_main_thread() {
-        // (An asynchronous FLUSHALL frees on a background thread, where the
-        // main thread's registries must not be touched; its waiters then end
-        // at their timeout.)
+    departed.extend(lock.take_waiters());
+    if departed.is_empty() {
+        if lease_expired {
+            // Redis expired the key (or it was deleted after its lease ended).
+            stats::count(Event::Expire);
+        }
         return;
     }
     // The key was deleted, flushed, evicted or expired under its waiters:
     // they are re-queued at the same key and the head is granted, by a timer
     // (no key may be touched while Redis is freeing one).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let groups = waiters::locate(lock.take_waiters(), lease_expired);
+        let groups = waiters::locate(departed, lease_expired);
         scheduler::adopt_orphans(groups);
     }));
+}
+
+/// For the audit channel: the holds of a value Redis takes off its key
+/// after their leases ended (Redis expiring the key, or a DEL after the
+/// lease) are published as `expire`.
+fn publish_ended_leases(ctx: *mut raw::RedisModuleKeyOptCtx, lock: &Lock) {
+    let now = crate::clock::now_ms();
+    if lock.holders().iter().all(|hold| hold.is_live(now)) {
+        return;
+    }
+    let key = api!(RedisModule_GetKeyNameFromOptCtx(ctx) else std::ptr::null());
+    if key.is_null() {
+        return;
+    }
+    let db = api!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+    let name = KeyName::from_raw(key.cast_mut());
+    let ended = lock.holders().iter().filter(|hold| !hold.is_live(now));
+    audit::publish_ended(db, name.bytes(), ended);
+}
+
+/// Redis took the value off its key: deleted (DEL, UNLINK, expiry,
+/// eviction, overwrite; `free` follows at once) or moved (RENAME, MOVE;
+/// nothing follows). Most locks have neither waiters nor a SESSION hold and
+/// cost two reads here. Otherwise the waiters leave the value now, so that
+/// a moved lock never grants them a name they did not ask for, and the
+/// scheduler learns which of the two it was (see `scheduler::depart`).
+/// This replaces a keyspace-event subscription, which made Redis call into
+/// the module for every DEL and EXPIRE of any key.
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guarded((), || {
+        if !on_main_thread() {
+            return;
+        }
+        // SAFETY: Redis passes a value of this type, still alive; it is ours
+        // to change (Redis only moves or frees it).
+        let Some(lock) = (unsafe { value.cast_mut().cast::<Lock>().as_mut() }) else {
+            return;
+        };
+        if audit::is_on() {
+            publish_ended_leases(ctx, lock);
+        }
+        let has_session = lock.holders().iter().any(|hold| hold.session.is_some());
+        if lock.queue().waiter_count() == 0 && !has_session {
+            return;
+        }
+        let sessions = lock
+            .holders()
+            .iter()
+            .filter_map(|hold| hold.session.map(std::num::NonZeroU64::get))
+            .collect();
+        let db = api!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+        let name = api!(RedisModule_GetKeyNameFromOptCtx(ctx) else std::ptr::null());
+        let name = KeyName::from_raw(name.cast_mut());
+        scheduler::depart(
+            value as usize,
+            db,
+            name.bytes(),
+            lock.take_waiters(),
+            sessions,
+        );
+    })
 }
 
 unsafe extern "C" fn copy(
@@ -314,7 +448,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when:
         }
         match raw::load_unsigned(rdb) {
             Ok(last) if last <= MAX_TOKEN => {
-                tokens::observe(last);
+                tokens::observe_loaded(last);
                 raw::REDISMODULE_OK as c_int
             }
             _ => raw::REDISMODULE_ERR as c_int,

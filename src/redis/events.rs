@@ -1,16 +1,17 @@
-//! Server and keyspace events: a closed connection releases its SESSION
-//! holds; a renamed, moved or swapped lock keeps its waiters reachable; an
-//! asynchronous flush hands its waiters' locks on.
+//! Server events: a closed connection releases its SESSION holds; a
+//! swapped lock keeps its waiters reachable; an asynchronous flush hands its
+//! waiters' locks on; a replica's load beside the live data set stays apart
+//! from it. (RENAME and MOVE reach the data type's unlink callback.)
 
 use redis_module::raw;
 
 use super::ffi::api;
-use super::ffi::{Ctx, KeyName};
-use super::{awaiters, propagation, scheduler, waiters};
+use super::ffi::Ctx;
+use super::{awaiters, grace, propagation, scheduler, tokens, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
-    let server_events: [(u64, raw::RedisModuleEventCallback); 9] = [
+    let server_events: [(u64, raw::RedisModuleEventCallback); 10] = [
         (raw::REDISMODULE_EVENT_FORK_CHILD, Some(on_listener_change)),
         (
             raw::REDISMODULE_EVENT_REPLICA_CHANGE,
@@ -20,7 +21,7 @@ pub fn subscribe(ctx: &redis_module::Context) -> bool {
             raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE,
             Some(on_listener_change),
         ),
-        (raw::REDISMODULE_EVENT_LOADING, Some(on_listener_change)),
+        (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
         (raw::REDISMODULE_EVENT_CONFIG, Some(on_listener_change)),
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
         (
@@ -29,7 +30,11 @@ pub fn subscribe(ctx: &redis_module::Context) -> bool {
         ),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
+        (raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, Some(on_async_load)),
     ];
+    // No keyspace-event subscription: Redis would call into the module for
+    // every DEL and EXPIRE of any key. RENAME and MOVE of a lock reach the
+    // data type's unlink callback instead (see `datatype::unlink`).
     for (id, callback) in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
         let status = api!(RedisModule_SubscribeToServerEvent(ctx.ctx, event, callback) else raw::REDISMODULE_ERR as i32);
@@ -37,8 +42,7 @@ pub fn subscribe(ctx: &redis_module::Context) -> bool {
             return false;
         }
     }
-    api!(RedisModule_SubscribeToKeyspaceEvents(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, Some(on_keyspace_event)) else raw::REDISMODULE_ERR as i32)
-        == raw::REDISMODULE_OK as i32
+    true
 }
 
 /// Anything that may start or stop the replication stream (see
@@ -54,7 +58,7 @@ unsafe extern "C" fn on_listener_change(
 }
 
 unsafe extern "C" fn on_role_change(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut std::os::raw::c_void,
@@ -63,6 +67,53 @@ unsafe extern "C" fn on_role_change(
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
         let _ = std::panic::catch_unwind(waiters::refuse_all);
     }
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
+        let ctx = Ctx::from_raw(ctx);
+        let _ = std::panic::catch_unwind(|| grace::open(ctx, "promoted to master"));
+    }
+}
+
+/// Loading data (RDB, AOF, a full sync) may start or stop the replication
+/// stream; its end opens a grace window.
+unsafe extern "C" fn on_loading(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut std::os::raw::c_void,
+) {
+    propagation::reconsider();
+    if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
+        let ctx = Ctx::from_raw(ctx);
+        let _ = std::panic::catch_unwind(|| grace::open(ctx, "data loaded"));
+    }
+}
+
+/// A replica loading its master's data set beside the live one (diskless
+/// `swapdb` loading; with async loading it keeps serving the old locks
+/// meanwhile). Lock values live in the keyspace and follow their data set;
+/// what lives outside it is kept apart:
+/// * tokens read from the loading data set are set aside until it replaces
+///   the live one, and dropped if the load is aborted;
+/// * on completion the old data set is discarded (freed on a background
+///   thread, where its values cannot reach the registries): waiters, due
+///   keys, orphans and SESSION places of the old data set are forgotten
+///   and any waiter is answered null, as on a role change.
+unsafe extern "C" fn on_async_load(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut std::os::raw::c_void,
+) {
+    let _ = std::panic::catch_unwind(|| match subevent {
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => tokens::begin_aside(),
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => tokens::discard_aside(),
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
+            tokens::adopt_aside();
+            waiters::refuse_all();
+            scheduler::forget_keyspace();
+        }
+        _ => {}
+    });
 }
 
 unsafe extern "C" fn on_swapdb(
@@ -86,7 +137,7 @@ unsafe extern "C" fn on_swapdb(
         let previous_db = ctx.selected_db();
         for (id, db, key, seq) in &moved {
             let now_in = if *db == first { second } else { first };
-            if let Some((mut lock_key, _name)) = ctx.open_lock_in(now_in, key, false) {
+            if let Some((mut lock_key, _name)) = ctx.open_lock_in(now_in, key) {
                 if let Some(lock) = lock_key.lock_mut() {
                     lock.remove_waiter(*seq, *id);
                 }
@@ -130,61 +181,6 @@ unsafe extern "C" fn on_flush(
 fn flush_awaiters(info: &raw::RedisModuleFlushInfo) {
     let db = info.dbnum;
     let _ = std::panic::catch_unwind(|| awaiters::flush_database(db));
-}
-
-thread_local! {
-    /// The source of a RENAME or MOVE in progress (its `*_from` event comes
-    /// just before its `*_to` event).
-    static MOVING_FROM: std::cell::RefCell<Option<(i32, Box<[u8]>)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// RENAME and MOVE carry a lock value to another name or database. Its
-/// waiters asked for the old name: they are answered null (and retry)
-/// rather than granted a lock under a name they did not ask for. A SESSION
-/// hold keeps following its connection.
-unsafe extern "C" fn on_keyspace_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: std::os::raw::c_int,
-    event: *const std::os::raw::c_char,
-    key: *mut raw::RedisModuleString,
-) -> std::os::raw::c_int {
-    if event.is_null() {
-        return raw::REDISMODULE_OK as i32;
-    }
-    // SAFETY: Redis passes a NUL-terminated event name.
-    let event = unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes();
-    let arriving = match event {
-        b"rename_from" | b"move_from" => false,
-        b"rename_to" | b"move_to" => true,
-        _ => return raw::REDISMODULE_OK as i32,
-    };
-    let _ = std::panic::catch_unwind(|| {
-        let ctx = Ctx::from_raw(ctx);
-        let name = KeyName::from_raw(key);
-        let here = (ctx.selected_db(), Box::<[u8]>::from(name.bytes()));
-        if !arriving {
-            let _ = MOVING_FROM.try_with(|from| from.replace(Some(here)));
-            return;
-        }
-        let from = MOVING_FROM
-            .try_with(|from| from.borrow_mut().take())
-            .ok()
-            .flatten();
-        let Ok(mut lock_key) = ctx.open_lock(name, false) else {
-            awaiters::latch_moved(ctx, name);
-            return;
-        };
-        let Some(lock) = lock_key.lock_mut() else {
-            return;
-        };
-        if let Some((from_db, from_key)) = from {
-            scheduler::move_session_place((from_db, &from_key), (here.0, &here.1));
-        }
-        let departed = lock.take_waiters();
-        waiters::refuse(departed);
-    });
-    raw::REDISMODULE_OK as i32
 }
 unsafe extern "C" fn on_client_change(
     _ctx: *mut raw::RedisModuleCtx,

@@ -160,6 +160,10 @@ impl Ctx {
         } else {
             raw::REDISMODULE_READ
         };
+        self.open_lock_mode(name, mode)
+    }
+
+    fn open_lock_mode(self, name: KeyName, mode: u32) -> Result<LockKey, CommandError> {
         let key =
             api!(RedisModule_OpenKey(self.raw, name.raw, mode as c_int) else std::ptr::null_mut());
         if key.is_null() {
@@ -183,18 +187,88 @@ impl Ctx {
     /// runs outside a command (timers, events, blocked-client callbacks).
     /// `None` when the database does not exist or the key holds another
     /// type. The caller restores the selected database if it must.
-    pub fn open_lock_in(
-        self,
-        db: i32,
-        key: &[u8],
-        writable: bool,
-    ) -> Option<(LockKey, OwnedKeyName)> {
+    ///
+    /// No client asked for the key: it is looked up as a write (Redis counts
+    /// no keyspace hit or miss and publishes no `keymiss`) without touching
+    /// its LRU/LFU access time, so that only lock commands change a lock
+    /// key's statistics.
+    pub fn open_lock_in(self, db: i32, key: &[u8]) -> Option<(LockKey, OwnedKeyName)> {
         if !self.select_db(db) {
             return None;
         }
         let name = self.key_name(key);
-        let lock_key = self.open_lock(name.name(), writable).ok()?;
+        let mode =
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE | raw::REDISMODULE_OPEN_KEY_NOTOUCH;
+        let lock_key = self.open_lock_mode(name.name(), mode).ok()?;
         Some((lock_key, name))
+    }
+
+    /// Where the lock value at address `value` lives now: `(db, key)`,
+    /// looking in database `first_db` first, then in every other one. A
+    /// keyspace scan: only for a moved lock a SESSION hold depends on (a
+    /// rare event whose destination the module cannot learn any cheaper).
+    pub fn find_lock_value(self, value: usize, first_db: i32) -> Option<(i32, Box<[u8]>)> {
+        let original = self.selected_db();
+        let mut found = None;
+        if self.select_db(first_db) {
+            found = self.scan_for_value(value).map(|key| (first_db, key));
+        }
+        let mut db = 0;
+        while found.is_none() {
+            if db != first_db {
+                if !self.select_db(db) {
+                    break;
+                }
+                found = self.scan_for_value(value).map(|key| (db, key));
+            }
+            db += 1;
+        }
+        self.select_db(original);
+        found
+    }
+
+    /// Scans the selected database for the lock value at address `value`.
+    fn scan_for_value(self, value: usize) -> Option<Box<[u8]>> {
+        struct Search {
+            value: usize,
+            found: Option<Box<[u8]>>,
+        }
+        unsafe extern "C" fn visit(
+            _ctx: *mut raw::RedisModuleCtx,
+            name: *mut raw::RedisModuleString,
+            key: *mut raw::RedisModuleKey,
+            data: *mut c_void,
+        ) {
+            // SAFETY: `data` is the `Search` passed to RedisModule_Scan below,
+            // alive and not otherwise borrowed during the scan.
+            let Some(search) = (unsafe { data.cast::<Search>().as_mut() }) else {
+                return;
+            };
+            if key.is_null() || search.found.is_some() {
+                return;
+            }
+            let here = api!(RedisModule_ModuleTypeGetValue(key) else std::ptr::null_mut());
+            if here as usize == search.value {
+                search.found = Some(string_bytes(name).into());
+            }
+        }
+        let cursor = api!(RedisModule_ScanCursorCreate() else std::ptr::null_mut());
+        if cursor.is_null() {
+            return None;
+        }
+        let mut search = Search { value, found: None };
+        let search_ptr: *mut Search = &mut search;
+        loop {
+            let more = api!(RedisModule_Scan(self.raw, cursor, Some(visit), search_ptr.cast::<c_void>()) else 0);
+            // SAFETY: `search` lives on this frame; the scan callback, its
+            // only other user, has returned.
+            let found = unsafe { (*search_ptr).found.is_some() };
+            if more == 0 || found {
+                break;
+            }
+        }
+        api!(RedisModule_ScanCursorDestroy(cursor) else ());
+        search.found
     }
 
     /// Propagates one owner's hold: `DLOCK.SETSTATE key HOLD|HOLDER owner

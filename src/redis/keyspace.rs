@@ -1,10 +1,11 @@
 //! Settling a lock key after a change: the one place that turns the pure
 //! lock's state into Redis state.
 
+use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
-use super::{multiwaiters, scheduler, tokens, waiters};
-use crate::lock::{Mode, Step, WaiterId, Want};
+use super::{grace, multiwaiters, scheduler, tokens, waiters};
+use crate::lock::{self, HolderEffect, Lock, Mode, Step, WaiterId, Want};
 
 /// What a caller changed in the lock, besides its holds (which the
 /// [`Step`] records), before settling it.
@@ -38,15 +39,22 @@ pub fn settle(
         return;
     };
     let now_ms = step.now_ms;
-    lock.hand_off(&mut step);
+    // No hand-off while a grace window is open (and no look before it closes).
+    let window = grace::window(now_ms);
+    lock::grace::hand_off(lock, window, &mut step);
     // A multi-key request heading the queue, grantable here, is granted by
     // the scheduler on all its keys at once; nothing else is due now.
     let multi_head = !step.ready.is_empty();
     for id in step.ready.drain(..) {
         multiwaiters::ready_at_a_key(id);
     }
-    for _ in 0..step.expired {
-        stats::record(ctx, Event::Expire, name);
+    for hold in &step.expired {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: hold.total(),
+        };
+        stats::record_fact(ctx, Event::Expire, name, fact);
     }
     for grant in &step.woken {
         let event = match (grant.grant.reentry, grant.grant.mode) {
@@ -55,16 +63,20 @@ pub fn settle(
             (false, Mode::Exclusive) => Event::Handoff,
             (false, Mode::Shared) => Event::HandoffShared,
         };
-        stats::record(ctx, event, name);
+        let fact = Fact {
+            owner: &grant.owner,
+            token: grant.grant.token,
+            holds: grant.grant.holds,
+        };
+        stats::record_fact(ctx, event, name, fact);
     }
     if lock.is_vacant(now_ms) {
         key.delete();
         ctx.replicate_delete(name);
         return;
     }
-    let wakeup_at = lock
-        .wakeup_at(now_ms)
-        .filter(|at| !(multi_head && *at <= now_ms));
+    let wakeup_at =
+        lock::grace::wakeup_at(lock, window, now_ms).filter(|at| !(multi_head && *at <= now_ms));
     let changed = step.holds_changed || changes.queue || changes.reserved.is_some();
     if !changed && step.woken.is_empty() {
         if let Some(at) = wakeup_at {
@@ -76,22 +88,7 @@ pub fn settle(
         ctx.replicate_reserve(name, owner, deadline_ms, want);
     }
     if step.holds_changed {
-        let holders = lock.holders();
-        match holders.single() {
-            Some(hold) => ctx.replicate_hold(name, hold, true),
-            None if holders.is_empty() => ctx.replicate_free(name),
-            None => {
-                let mut touched = std::mem::take(&mut step.touched);
-                touched.sort_unstable();
-                touched.dedup();
-                for owner in &touched {
-                    match holders.get(owner) {
-                        Some(hold) => ctx.replicate_hold(name, hold, false),
-                        None => ctx.replicate_drop(name, owner),
-                    }
-                }
-            }
-        }
+        replicate_holders(ctx, name, lock, &mut step);
     }
     match lock.expire_at(now_ms) {
         Some(deadline_ms) => key.set_deadline(deadline_ms),
@@ -113,6 +110,16 @@ pub fn settle(
     }
 }
 
+/// Propagates the holders a step changed (see [`Lock::holder_effects`]).
+fn replicate_holders(ctx: Ctx, name: KeyName, lock: &Lock, step: &mut Step<'_>) {
+    lock.holder_effects(step, |effect| match effect {
+        HolderEffect::Only(hold) => ctx.replicate_hold(name, hold, true),
+        HolderEffect::Beside(hold) => ctx.replicate_hold(name, hold, false),
+        HolderEffect::Drop(owner) => ctx.replicate_drop(name, owner),
+        HolderEffect::Free => ctx.replicate_free(name),
+    });
+}
+
 /// A step on a lock at `now_ms` with the server's token counter and
 /// waiter registry.
 pub fn step(now_ms: u64) -> Step<'static> {
@@ -122,4 +129,17 @@ pub fn step(now_ms: u64) -> Step<'static> {
 /// Whether a queued waiter, single-key or multi-key, still waits.
 fn is_waiting(id: WaiterId) -> bool {
     waiters::is_waiting(id) || multiwaiters::is_waiting(id)
+}
+
+/// A command's step at `now_us` (the clock read once for the whole
+/// command): leases count its milliseconds, and `issue` (made by
+/// [`token_issuer`] from the same instant) gives new tokens its
+/// microseconds as their floor.
+pub fn step_at<'a>(now_us: u64, issue: &'a dyn Fn() -> u64) -> Step<'a> {
+    Step::new(now_us / 1_000, issue, &is_waiting).with_multi_key(&multiwaiters::contains)
+}
+
+/// Issues tokens with `now_us` as their floor, without reading the clock.
+pub fn token_issuer(now_us: u64) -> impl Fn() -> u64 {
+    move || tokens::issue_at(now_us)
 }

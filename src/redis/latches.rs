@@ -46,7 +46,7 @@ pub static LATCH_TYPE: RedisType = RedisType::new(
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink),
         copy2: None,
         aux_save2: None,
     },
@@ -317,6 +317,33 @@ unsafe extern "C" fn free(value: *mut c_void) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         awaiters::answer(latch.take_awaiters(), answer);
     }));
+}
+
+/// Redis took the latch off its key: deleted (DEL, expiry, eviction,
+/// overwrite; `free` follows) or moved (RENAME, MOVE). Either way the
+/// awaiters asked for a latch under this name, which is gone: they are
+/// answered now (1 if it had opened, 0 otherwise). Only latch values reach
+/// this callback, so other keys pay nothing for it.
+unsafe extern "C" fn unlink(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guarded((), || {
+        if !super::datatype::on_main_thread() {
+            return;
+        }
+        // SAFETY: Redis passes a value of this type, still alive; it is ours
+        // to change (Redis only moves or frees it).
+        let Some(latch) = (unsafe { value.cast_mut().cast::<Latch>().as_mut() }) else {
+            return;
+        };
+        if latch.awaiter_count() == 0 {
+            return;
+        }
+        let answer = if latch.is_open() {
+            Answer::Opened
+        } else {
+            Answer::Gone
+        };
+        awaiters::answer(latch.take_awaiters(), answer);
+    })
 }
 
 unsafe extern "C" fn copy(

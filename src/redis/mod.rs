@@ -2,11 +2,13 @@
 //! clients, timers, events and replication. All `unsafe` code of the crate
 //! lives here, mostly in [`ffi`].
 
+pub mod audit;
 pub mod awaiters;
 mod command_info;
 pub mod datatype;
 pub mod events;
 mod ffi;
+pub mod grace;
 pub mod keyspace;
 pub mod latches;
 pub mod multiwaiters;
@@ -16,5 +18,6 @@ pub mod scheduler;
 pub mod stats;
 pub mod tokens;
 pub mod waiters;
+mod wakeup;
 
 pub use ffi::{Argv, Ctx, KeyName, LockKey};

@@ -368,7 +368,7 @@ fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Vec<Bo
     .flatten()?;
     let previous_db = ctx.selected_db();
     for (key, seq) in &record.places {
-        if let Some((mut lock_key, _name)) = ctx.open_lock_in(record.db, key, true) {
+        if let Some((mut lock_key, _name)) = ctx.open_lock_in(record.db, key) {
             if let Some(lock) = lock_key.lock_mut() {
                 lock.remove_waiter(*seq, id);
             }

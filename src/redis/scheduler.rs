@@ -16,13 +16,15 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
+use super::audit::Fact;
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{self, settle, Changes};
 use super::multiwaiters;
 use super::stats::{self, Event};
 use super::waiters::{self, OrphanGroup};
+use super::wakeup;
 use crate::clock;
-use crate::lock::{Lock, WaiterId};
+use crate::lock::{Lock, Mode, WaiterId};
 
 /// A context owned by the module for the whole of its life, used to create
 /// timers from places that have none (a value's free callback).
@@ -48,6 +50,39 @@ struct Scheduler {
     /// Multi-key requests found grantable at one of their keys: try to
     /// grant them on all their keys at once.
     multi_ready: Vec<WaiterId>,
+    /// Lock values unlinked from their key with waiters or a SESSION hold
+    /// depending on that place (see [`depart`]).
+    departures: Vec<Departure>,
+    /// Holds granted to waiters whose reply Redis dropped: taken back.
+    revoked: Vec<Revocation>,
+}
+
+/// A hold granted to a blocked client that never received the grant (Redis
+/// 7.0 drops the reply of a client unblocked again in the same event-loop
+/// turn, by `CLIENT UNBLOCK` or a disconnect).
+struct Revocation {
+    db: i32,
+    key: Box<[u8]>,
+    owner: Box<[u8]>,
+    mode: Mode,
+    token: u64,
+}
+
+/// A lock value Redis unlinked from its key (DEL, expiry, eviction,
+/// overwrite, or RENAME/MOVE carrying it elsewhere) while blocked waiters or
+/// a SESSION hold depended on its place. A deleted value is freed at once,
+/// in the same call, and its free callback takes the record back (the
+/// waiters are re-queued at their key); a value still alive when the timer
+/// runs was moved: its waiters asked for the old name and are answered null
+/// (they retry), and its SESSION hold is found at its new place.
+struct Departure {
+    /// The value's address: compared, never dereferenced.
+    value: usize,
+    db: i32,
+    key: Box<[u8]>,
+    waiters: Vec<waiters::QueuedWaiter>,
+    /// Connections whose SESSION holds are in the value.
+    sessions: Vec<u64>,
 }
 
 impl Scheduler {
@@ -82,8 +117,11 @@ impl Scheduler {
 
     /// When the timer must next fire.
     fn next_due(&self, now: u64) -> Option<u64> {
-        let urgent =
-            !self.orphans.is_empty() || !self.closed.is_empty() || !self.multi_ready.is_empty();
+        let urgent = !self.orphans.is_empty()
+            || !self.closed.is_empty()
+            || !self.departures.is_empty()
+            || !self.revoked.is_empty()
+            || !self.multi_ready.is_empty();
         let first = self.due.first().map(|(at, _, _)| *at);
         if urgent {
             Some(now)
@@ -114,6 +152,7 @@ pub fn init(ctx: &redis_module::Context) {
     let detached =
         api!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
     TIMER_CONTEXT.store(detached, Ordering::Relaxed);
+    wakeup::init(on_precise_wakeup);
 }
 
 /// Asks for the lock at `db`/`key` to be looked at when `at_ms` has come.
@@ -129,6 +168,48 @@ pub fn adopt_orphans(groups: Vec<OrphanGroup>) {
     }
     with_scheduler(|scheduler| scheduler.orphans.extend(groups));
     arm();
+}
+
+/// Redis unlinked the lock value at `value` from `db`/`key` while `waiters`
+/// (taken out of it) or the SESSION holds of connections `sessions`
+/// depended on that place; see [`Departure`].
+pub fn depart(
+    value: usize,
+    db: i32,
+    key: &[u8],
+    waiters: Vec<waiters::QueuedWaiter>,
+    sessions: Vec<u64>,
+) {
+    with_scheduler(|scheduler| {
+        scheduler.departures.push(Departure {
+            value,
+            db,
+            key: key.into(),
+            waiters,
+            sessions,
+        })
+    });
+    arm();
+}
+
+/// The value at `value` is being freed: the waiters taken out of it when
+/// it was unlinked, if any (they are its orphans).
+pub fn take_departed_waiters(value: usize) -> Vec<waiters::QueuedWaiter> {
+    with_scheduler(|scheduler| {
+        if scheduler.departures.is_empty() {
+            return Vec::new();
+        }
+        let mut taken = Vec::new();
+        scheduler.departures.retain_mut(|departure| {
+            if departure.value != value {
+                return true;
+            }
+            taken.append(&mut departure.waiters);
+            false
+        });
+        taken
+    })
+    .unwrap_or_default()
 }
 
 /// Re-queues, at once, the orphaned waiters that waited at `name` (the
@@ -182,6 +263,20 @@ pub fn grant_multi_soon(id: WaiterId) {
     }
 }
 
+/// Takes back, soon, one `mode` hold of `owner` under `token` at
+/// `db`/`key`: it was granted to a client whose reply Redis dropped.
+pub fn revoke_grant(db: i32, key: Box<[u8]>, owner: Box<[u8]>, mode: Mode, token: u64) {
+    let revocation = Revocation {
+        db,
+        key,
+        owner,
+        mode,
+        token,
+    };
+    with_scheduler(|scheduler| scheduler.revoked.push(revocation));
+    arm();
+}
+
 /// Remembers that connection `client` holds a SESSION lock at `db`/`key`.
 pub fn track_session(client: u64, db: i32, key: &[u8]) {
     with_scheduler(|scheduler| {
@@ -192,17 +287,14 @@ pub fn track_session(client: u64, db: i32, key: &[u8]) {
     });
 }
 
-/// A lock moved from one place to another (RENAME, MOVE): SESSION holds
-/// tied to it follow.
-pub fn move_session_place(from: (i32, &[u8]), to: (i32, &[u8])) {
+/// The SESSION lock of connection `client` moved from one place to another
+/// (RENAME, MOVE): its hold follows.
+fn move_session_place(client: u64, from: (i32, &[u8]), to: (i32, &[u8])) {
     with_scheduler(|scheduler| {
-        for places in scheduler.sessions.values_mut() {
-            for (db, key) in places.iter_mut() {
-                if *db == from.0 && **key == *from.1 {
-                    *db = to.0;
-                    *key = to.1.into();
-                }
-            }
+        let places = scheduler.sessions.entry(client).or_default();
+        places.retain(|(db, key)| !(*db == from.0 && **key == *from.1));
+        if !places.iter().any(|(db, key)| *db == to.0 && **key == *to.1) {
+            places.push((to.0, to.1.into()));
         }
     });
 }
@@ -219,6 +311,20 @@ pub fn swap_session_databases(first: i32, second: i32) {
                 }
             }
         }
+    });
+}
+
+/// The data set was replaced (a replica's async load completed): forget
+/// every place of the old one. The armed timer, if any, finds nothing due.
+pub fn forget_keyspace() {
+    with_scheduler(|scheduler| {
+        scheduler.due.clear();
+        scheduler.pending.clear();
+        scheduler.orphans.clear();
+        scheduler.sessions.clear();
+        scheduler.closed.clear();
+        scheduler.departures.clear();
+        scheduler.revoked.clear();
     });
 }
 
@@ -254,17 +360,35 @@ fn arm() {
         }
         api!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()) else 0);
     }
-    // Redis timers count whole milliseconds from now. Rounding the wait down
-    // (on the microsecond clock) fires at most 1 ms early, and an early fire
-    // finds nothing due and re-arms with 0 ms until the instant comes, so a
-    // lease ends with its hand-off within the event loop's latency instead
-    // of up to a millisecond later.
+    // Redis timers count whole milliseconds from now and fire at the
+    // earliest then: rounding the wait up, the timer never fires before
+    // the instant (an early fire would re-arm, and a timer re-armed from a
+    // timer callback waits at least another millisecond). The exact
+    // instant comes from the wake-up (see [`wakeup`]); this timer is its
+    // fallback.
     let due_us = next.saturating_mul(1_000);
-    let delay = due_us.saturating_sub(clock::now_us()) / 1_000;
+    let delay = due_us.saturating_sub(clock::now_us()).div_ceil(1_000);
     let delay = i64::try_from(delay).unwrap_or(i64::MAX);
     let timer =
         api!(RedisModule_CreateTimer(ctx, delay, Some(on_timer), std::ptr::null_mut()) else 0);
     with_scheduler(|scheduler| scheduler.armed = Some((timer, next)));
+    wakeup::wake_at_us(due_us);
+}
+
+/// The event loop woke at the instant the armed timer is due (see
+/// [`wakeup`]): the timer is re-armed for now, outside any timer callback,
+/// so Redis runs it in this same turn of the event loop.
+fn on_precise_wakeup() {
+    let ctx = TIMER_CONTEXT.load(Ordering::Relaxed);
+    let Some((timer, at)) = with_scheduler(|scheduler| scheduler.armed).flatten() else {
+        return;
+    };
+    if ctx.is_null() || at.saturating_mul(1_000) > clock::now_us() {
+        return;
+    }
+    api!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()) else 0);
+    let timer = api!(RedisModule_CreateTimer(ctx, 0, Some(on_timer), std::ptr::null_mut()) else 0);
+    with_scheduler(|scheduler| scheduler.armed = Some((timer, at)));
 }
 
 /// While clients are paused (`CLIENT PAUSE`, `FAILOVER`, a Cluster manual
@@ -300,13 +424,19 @@ fn run_due(ctx: Ctx) {
     if !ctx.may_act() {
         // A replica or a loading server: the master decides. Waiters cannot
         // exist here (their clients were disconnected on demotion).
-        with_scheduler(|scheduler| {
+        let departures = with_scheduler(|scheduler| {
             scheduler.due.clear();
             scheduler.pending.clear();
             scheduler.orphans.clear();
             scheduler.closed.clear();
             scheduler.multi_ready.clear();
-        });
+            scheduler.revoked.clear();
+            std::mem::take(&mut scheduler.departures)
+        })
+        .unwrap_or_default();
+        for departure in departures {
+            waiters::refuse(departure.waiters);
+        }
         return;
     }
     let original_db = ctx.selected_db();
@@ -327,6 +457,27 @@ fn run_round(ctx: Ctx, now: u64) {
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.multi_ready)).unwrap_or_default();
     for id in ready {
         multiwaiters::try_grant(ctx, id, now);
+    }
+
+    // Unlinked values not freed since: they were moved (RENAME, MOVE).
+    let moved =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.departures)).unwrap_or_default();
+    for departure in moved {
+        waiters::refuse(departure.waiters);
+        if departure.sessions.is_empty() {
+            continue;
+        }
+        if let Some((db, key)) = ctx.find_lock_value(departure.value, departure.db) {
+            for client in departure.sessions {
+                move_session_place(client, (departure.db, &departure.key), (db, &key));
+            }
+        }
+    }
+
+    let revoked =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.revoked)).unwrap_or_default();
+    for revocation in revoked {
+        revoke(ctx, &revocation, now);
     }
 
     let closed =
@@ -353,7 +504,7 @@ fn run_round(ctx: Ctx, now: u64) {
 
 /// Hands on, re-arms or deletes the lock at `db`/`key` as its state requires.
 fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key) else {
         return;
     };
     if lock_key.lock().is_some() {
@@ -362,16 +513,42 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
     }
 }
 
-fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key, true) else {
+/// Takes back a hold whose grant never reached its client.
+fn revoke(ctx: Ctx, revocation: &Revocation, now: u64) {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(revocation.db, &revocation.key) else {
         return;
     };
     let mut step = keyspace::step(now);
     let Some(lock) = lock_key.lock_mut() else {
         return;
     };
-    if lock.end_session(client, &mut step) {
+    let revoked = lock.revoke(
+        &revocation.owner,
+        revocation.mode,
+        revocation.token,
+        &mut step,
+    );
+    if revoked {
         stats::record(ctx, Event::Release, name.name());
+    }
+    settle(ctx, name.name(), &mut lock_key, step, Changes::default());
+}
+
+fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key) else {
+        return;
+    };
+    let mut step = keyspace::step(now);
+    let Some(lock) = lock_key.lock_mut() else {
+        return;
+    };
+    for hold in lock.end_session(client, &mut step) {
+        let fact = Fact {
+            owner: &hold.owner,
+            token: hold.token,
+            holds: 0,
+        };
+        stats::record_fact(ctx, Event::Release, name.name(), fact);
     }
     settle(ctx, name.name(), &mut lock_key, step, Changes::default());
 }
@@ -394,7 +571,7 @@ fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
         waiters::refuse(entries);
         return;
     }
-    let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key, true) else {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key) else {
         waiters::refuse(entries);
         return;
     };

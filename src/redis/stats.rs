@@ -121,15 +121,33 @@ static AWAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 static MULTI_ACQUIRES: AtomicU64 = AtomicU64::new(0);
 static MULTI_HANDOFFS: AtomicU64 = AtomicU64::new(0);
 
-/// Counts `event` and publishes it as a keyspace event on `name`.
+/// Counts `event` and publishes it as a keyspace event on `name`. Nothing
+/// is published (nor is Redis called) while `notify-keyspace-events` leaves
+/// the module class out, the default.
 pub fn record(ctx: Ctx, event: Event, name: KeyName) {
     count(event);
+    let classes = api!(RedisModule_GetNotifyKeyspaceEvents() else raw::REDISMODULE_NOTIFY_ALL);
+    if classes & raw::REDISMODULE_NOTIFY_MODULE == 0 {
+        return;
+    }
     api!(RedisModule_NotifyKeyspaceEvent(
         ctx.raw(),
         raw::REDISMODULE_NOTIFY_MODULE,
         event.name().as_ptr(),
         name.raw_string()
     ) else 0);
+}
+
+/// [`record`], and the audit channel's message (when it is on) with what
+/// the event says about `fact`'s owner.
+pub fn record_fact(ctx: Ctx, event: Event, name: KeyName, fact: super::audit::Fact<'_>) {
+    record(ctx, event, name);
+    if super::audit::is_on() {
+        let full = event.name().to_bytes();
+        let short = full.strip_prefix(b"dlock.").unwrap_or(full);
+        let short = std::str::from_utf8(short).unwrap_or("unknown");
+        super::audit::publish(ctx, short, ctx.selected_db(), name.bytes(), fact);
+    }
 }
 
 /// Counts `event` where no key event can be published.
@@ -142,8 +160,9 @@ pub fn count(event: Event) {
 }
 
 /// The `INFO dlock` fields.
-pub fn fields() -> [(&'static str, u64); 13] {
+pub fn fields() -> [(&'static str, u64); 16] {
     let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let [grace_remaining, grace_deferred, grace_windows] = super::grace::fields();
     [
         ("acquires", read(&ACQUIRES)),
         ("reentries", read(&REENTRIES)),
@@ -158,6 +177,9 @@ pub fn fields() -> [(&'static str, u64); 13] {
         ("reservations", crate::lock::stored_reservations()),
         ("reservations_made", read(&RESERVATIONS_MADE)),
         ("last_token", super::tokens::last()),
+        grace_remaining,
+        grace_deferred,
+        grace_windows,
     ]
 }
 
@@ -194,6 +216,7 @@ unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_
         // The default section is named after the module: `INFO dlock`;
         // Redis prefixes each field with `dlock_`.
         api!(RedisModule_InfoAddSection(ctx, c"".as_ptr()) else 0);
+        api!(RedisModule_InfoAddFieldCString(ctx, c"version".as_ptr(), crate::version::VERSION_C.as_ptr()) else 0);
         for (name, value) in fields()
             .into_iter()
             .chain(latch_fields())

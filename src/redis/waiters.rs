@@ -16,7 +16,7 @@
 //!
 //! All of this runs on Redis's main thread; the registry is a thread-local.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_longlong, c_void};
 
@@ -26,7 +26,7 @@ use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::scheduler;
 use super::stats::{self, Event};
 use crate::commands::CommandError;
-use crate::lock::{Lock, Request, Waiter, WaiterGrant, WaiterId};
+use crate::lock::{Lock, Mode, Request, Waiter, WaiterGrant, WaiterId};
 
 /// Where a blocked client waits, and what it asked for.
 struct Record {
@@ -39,6 +39,8 @@ struct Record {
     waiter: Waiter,
     /// When Redis times the client out (ms since the epoch); None: never.
     times_out_at: Option<u64>,
+    /// The blocked client's id (`CLIENT LIST`, `CLIENT KILL ID`).
+    client: u64,
 }
 
 /// A waiter whose BLOCK timeout is this close is passed over by hand-offs:
@@ -73,6 +75,13 @@ enum Outcome {
         token: u64,
         holds: u64,
         owner: Box<[u8]>,
+        mode: Mode,
+        /// Where the grant was made: (db, key).
+        place: Option<(i32, Box<[u8]>)>,
+        /// Whether the reply was sent. Redis 7.0 drops the reply of a client
+        /// unblocked twice in one event-loop turn (a grant, then `CLIENT
+        /// UNBLOCK` or a disconnect): such a grant is taken back.
+        delivered: Cell<bool>,
     },
     /// The lock went away under it (its key now holds another type).
     Refused,
@@ -89,6 +98,16 @@ pub fn is_waiting(id: WaiterId) -> bool {
         })
     })
     .unwrap_or(false)
+}
+
+/// A blocked waiter as `DLOCK.INFO key FULL` shows it: its client id and
+/// when its `BLOCK` timeout ends (None: `BLOCK 0`).
+pub fn describe(id: WaiterId) -> Option<(u64, Option<u64>)> {
+    with_registry(|registry| {
+        let record = registry.records.get(&id)?;
+        Some((record.client, record.times_out_at))
+    })
+    .flatten()
 }
 
 /// Number of blocked clients.
@@ -147,6 +166,7 @@ pub fn block(
         owner: request.owner.into(),
         waiter,
         times_out_at: (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms)),
+        client: ctx.client_id(),
     };
     with_registry(|registry| {
         registry.by_handle.insert(handle as usize, id);
@@ -161,11 +181,14 @@ pub fn wake(grant: WaiterGrant) {
         token: grant.grant.token,
         holds: grant.grant.holds,
         owner: grant.owner,
+        mode: grant.grant.mode,
+        place: None,
+        delivered: Cell::new(false),
     };
     unblock(grant.waiter, outcome);
 }
 
-fn unblock(id: WaiterId, outcome: Outcome) {
+fn unblock(id: WaiterId, mut outcome: Outcome) {
     let Some(record) = with_registry(|registry| {
         let record = registry.records.remove(&id)?;
         registry.by_handle.remove(&(record.handle as usize));
@@ -179,6 +202,9 @@ fn unblock(id: WaiterId, outcome: Outcome) {
         }
         return;
     };
+    if let Outcome::Granted { place, .. } = &mut outcome {
+        *place = Some((record.db, record.key.clone()));
+    }
     let reply = Box::into_raw(Box::new(outcome)).cast::<c_void>();
     let status =
         api!(RedisModule_UnblockClient(record.handle, reply) else raw::REDISMODULE_ERR as c_int);
@@ -325,16 +351,20 @@ pub fn refuse(waiters: Vec<QueuedWaiter>) {
     }
 }
 
+/// A departed waiter's key and owner.
+type Departed = (Box<[u8]>, Box<[u8]>);
+
 /// A waiter left (timeout, disconnect): takes it out of its queue and
-/// releases Redis's handle. Returns false if it was no longer waiting.
-fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u8]>> {
+/// releases Redis's handle. Returns its key and owner, or None if it was no
+/// longer waiting.
+fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Departed> {
     let (id, record) = with_registry(|registry| {
         let id = registry.by_handle.remove(&(handle as usize))?;
         registry.records.remove(&id).map(|record| (id, record))
     })
     .flatten()?;
     let previous_db = ctx.selected_db();
-    if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key, true) {
+    if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key) {
         if let Some(lock) = key.lock_mut() {
             lock.remove_waiter(record.seq, id);
         }
@@ -344,7 +374,7 @@ fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u
     // vacant, hand it on) where propagation is safe.
     scheduler::wake_at(crate::clock::now_ms(), record.db, &record.key);
     api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    Some(record.key)
+    Some((record.key, record.owner))
 }
 
 fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
@@ -353,7 +383,10 @@ fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
             token,
             holds,
             owner,
+            delivered,
+            ..
         } => {
+            delivered.set(true);
             ctx.reply_array(3);
             ctx.reply_count(*token);
             ctx.reply_count(*holds);
@@ -400,9 +433,14 @@ extern "C" fn timeout_callback(
             return;
         }
         let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
-        if let Some(key) = (!handle.is_null()).then(|| depart(ctx, handle)).flatten() {
+        if let Some((key, owner)) = (!handle.is_null()).then(|| depart(ctx, handle)).flatten() {
             let name = ctx.key_name(&key);
-            stats::record(ctx, Event::Timeout, name.name());
+            let fact = super::audit::Fact {
+                owner: &owner,
+                token: 0,
+                holds: 0,
+            };
+            stats::record_fact(ctx, Event::Timeout, name.name(), fact);
         }
         ctx.reply_null();
     });
@@ -421,8 +459,25 @@ extern "C" fn disconnect_callback(
 }
 
 extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
-        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+    if data.is_null() {
+        return;
     }
+    // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
+    let outcome = unsafe { Box::from_raw(data.cast::<Outcome>()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Outcome::Granted {
+            token,
+            owner,
+            mode,
+            place: Some((db, key)),
+            delivered,
+            ..
+        } = *outcome
+        {
+            if !delivered.get() {
+                // Redis dropped the reply: nobody knows of this hold.
+                scheduler::revoke_grant(db, key, owner, mode, token);
+            }
+        }
+    }));
 }

@@ -27,7 +27,17 @@ pub fn server_binary() -> String {
 pub fn module_path() -> PathBuf {
     match std::env::var("DLOCK_MODULE") {
         Ok(path) => PathBuf::from(path),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libdlock.so"),
+        Err(_) => {
+            // A workspace member that includes this file (client/) builds
+            // into the workspace's target directory, one level up.
+            let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let own = here.join("target/release/libdlock.so");
+            if own.exists() {
+                own
+            } else {
+                here.join("../target/release/libdlock.so")
+            }
+        }
     }
 }
 
@@ -37,6 +47,9 @@ pub struct Server {
     pub port: u16,
     pub dir: PathBuf,
     args: Vec<String>,
+    /// Whether the module is loaded (false: the same server without dlock,
+    /// the reference for "loading dlock changes nothing").
+    with_module: bool,
 }
 
 impl Server {
@@ -50,8 +63,19 @@ impl Server {
         Server::with_files(&[], args)
     }
 
+    /// The same server without the module (persistence off, plus `args`).
+    pub fn without_module(args: &[&str]) -> Server {
+        let mut all = vec!["--save", "", "--appendonly", "no"];
+        all.extend_from_slice(args);
+        Server::launch(&[], &all, false)
+    }
+
     /// A server whose directory holds `files` (name, contents) before it starts.
     pub fn with_files(files: &[(&str, &[u8])], args: &[&str]) -> Server {
+        Server::launch(files, args, true)
+    }
+
+    fn launch(files: &[(&str, &[u8])], args: &[&str], with_module: bool) -> Server {
         let dir = std::env::temp_dir().join(format!(
             "dlock-test-{}-{}",
             std::process::id(),
@@ -67,6 +91,7 @@ impl Server {
             port: 0,
             dir,
             args: args.iter().map(|a| a.to_string()).collect(),
+            with_module,
         };
         for _attempt in 0..5 {
             server.port = free_port();
@@ -81,7 +106,7 @@ impl Server {
     fn spawn(&mut self) -> bool {
         let module = module_path();
         assert!(
-            module.exists(),
+            !self.with_module || module.exists(),
             "{} is missing: run `make build` (or `make test`) first",
             module.display()
         );
@@ -99,9 +124,10 @@ impl Server {
             .arg("no")
             // Full syncs start at once instead of after the default 5 s delay.
             .arg("--repl-diskless-sync-delay")
-            .arg("0")
-            .arg("--loadmodule")
-            .arg(&module);
+            .arg("0");
+        if self.with_module {
+            command.arg("--loadmodule").arg(&module);
+        }
         command.args(&self.args);
         command.stdout(Stdio::null()).stderr(Stdio::null());
         let child = command.spawn().expect("spawn redis-server");

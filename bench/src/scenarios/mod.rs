@@ -3,9 +3,15 @@
 
 pub mod contention;
 pub mod expiry;
+pub mod latch;
+pub mod load;
 pub mod memory;
+pub mod multikey;
 pub mod pairs;
 pub mod queue;
+pub mod shared;
+pub mod shared_release;
+pub mod tax;
 pub mod throughput;
 
 use std::collections::HashMap;
@@ -108,5 +114,74 @@ pub fn expect(what: &str, reply: &Reply, ok: bool) -> Res<()> {
         Ok(())
     } else {
         bail!("{what}: unexpected reply {reply:?}")
+    }
+}
+
+/// Whether the server knows `command` (COMMAND INFO replies null for an
+/// unknown one): scenarios of commands still being built are skipped.
+pub fn has_command(conn: &mut Conn, command: &str) -> Res<bool> {
+    let reply = conn.call(&["COMMAND", "INFO", command])?;
+    Ok(matches!(reply.as_array(), Some([first]) if !first.is_nil()))
+}
+
+/// A section that only says why its scenario did not run.
+/// `goals`: (target, goal) pairs, listed in the targets table as not run.
+pub fn skipped(
+    number: u32,
+    title: &str,
+    why: &str,
+    goals: &[(&str, &str)],
+) -> crate::report::Section {
+    println!("           scenario {number} skipped: {why}");
+    let mut section = crate::report::Section::new(number, title);
+    section.about = format!("**Not available in this run:** {why}");
+    for (what, goal) in goals {
+        section
+            .targets
+            .push(crate::report::Target::not_run(what, goal));
+    }
+    section
+}
+
+/// Whether DLOCK.ACQUIRE takes the SHARED option (issue 11): a probe on a
+/// key of its own, deleted afterwards. An error reply means "not yet".
+pub fn has_shared(conn: &mut Conn) -> Res<bool> {
+    let key = "bench:probe:shared";
+    conn.queue(&[
+        "DLOCK.ACQUIRE",
+        key,
+        "probe",
+        "1000",
+        "SHARED",
+        "LIMIT",
+        "2",
+    ]);
+    conn.flush()?;
+    let reply = conn.read()?;
+    conn.call(&["DEL", key])?;
+    Ok(reply.is_grant())
+}
+
+/// A small xorshift generator: each client its own, seeded from its index,
+/// so runs are reproducible and cost no locking.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number below `bound`.
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound.max(1)
     }
 }

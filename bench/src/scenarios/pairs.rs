@@ -1,225 +1,205 @@
-//! Scenario 2: acquire + release cycles on distinct keys, pipelined pairs
-//! from several connections: DLOCK.ACQUIRE + DLOCK.RELEASE against SET NX PX
-//! + compare-and-delete and against the Lua lock + unlock pair.
+//! Scenario 2: acquire + release cycles on distinct keys, from the bench's
+//! own pipelined load generator (every reply checked), at pipeline 16 and 1:
+//! DLOCK.ACQUIRE + DLOCK.RELEASE against SET NX PX + DEL (the unsafe floor),
+//! SET NX PX + compare-and-delete and the Lua lock + unlock pair, each
+//! reference design run both on a server with dlock loaded and on one
+//! without it (plain Redis, the reference of issue 15's pair target).
 
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::flushall;
+use super::load::{self, Op};
 use crate::report::{Section, Table, Target};
-use crate::resp::{Conn, Reply};
 use crate::scripts::Scripts;
 use crate::server::Server;
 use crate::stats::{median, ratio, thousands, times};
 use crate::{bail, Config, Res};
 
-const CONNECTIONS: usize = 4;
-const DEPTH: usize = 16;
-const TTL: &str = "60000";
+const CONNECTIONS: usize = 8;
+const PIPELINES: [usize; 2] = [16, 1];
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Design {
-    Dlock,
-    SetNx,
-    Lua,
+/// One design on one server.
+#[derive(Clone, Copy)]
+struct Case {
+    op: Op,
+    plain: bool,
 }
 
-impl Design {
-    const ALL: [Design; 3] = [Design::Dlock, Design::SetNx, Design::Lua];
+const CASES: [Case; 7] = [
+    Case {
+        op: Op::DlockPair,
+        plain: false,
+    },
+    Case {
+        op: Op::SetNxDel,
+        plain: true,
+    },
+    Case {
+        op: Op::SetNxDel,
+        plain: false,
+    },
+    Case {
+        op: Op::SetNxCad,
+        plain: true,
+    },
+    Case {
+        op: Op::SetNxCad,
+        plain: false,
+    },
+    Case {
+        op: Op::LuaPair,
+        plain: true,
+    },
+    Case {
+        op: Op::LuaPair,
+        plain: false,
+    },
+];
+/// Indexes in CASES of the references.
+const SETDEL_PLAIN: usize = 1;
+const CAD_MODULE: usize = 4;
+const LUA_MODULE: usize = 6;
 
-    fn name(self) -> &'static str {
-        match self {
-            Design::Dlock => "DLOCK.ACQUIRE + DLOCK.RELEASE",
-            Design::SetNx => "SET NX PX + compare-and-delete (EVALSHA)",
-            Design::Lua => "EVALSHA lock + EVALSHA unlock (re-entrant, hash)",
-        }
-    }
-
-    /// Queues one acquire + release of `key`.
-    fn queue(self, conn: &mut Conn, scripts: &Scripts, key: &str, owner: &str) {
-        match self {
-            Design::Dlock => {
-                conn.queue(&["DLOCK.ACQUIRE", key, owner, TTL]);
-                conn.queue(&["DLOCK.RELEASE", key, owner]);
-            }
-            Design::SetNx => {
-                conn.queue(&["SET", key, owner, "NX", "PX", TTL]);
-                conn.queue(&["EVALSHA", &scripts.compare_and_delete, "1", key, owner]);
-            }
-            Design::Lua => {
-                let channel = format!("unlock:{key}");
-                conn.queue(&["EVALSHA", &scripts.lock, "1", key, TTL, owner]);
-                conn.queue(&[
-                    "EVALSHA",
-                    &scripts.unlock,
-                    "2",
-                    key,
-                    &channel,
-                    "0",
-                    TTL,
-                    owner,
-                ]);
-            }
-        }
-    }
-
-    /// Whether the replies of one pair say: acquired, then released.
-    fn pair_ok(self, acquire: &Reply, release: &Reply) -> bool {
-        match self {
-            Design::Dlock => acquire.is_grant() && release.as_int() == Some(0),
-            Design::SetNx => acquire.is_ok() && release.as_int() == Some(1),
-            Design::Lua => acquire.is_nil() && release.as_int() == Some(1),
-        }
-    }
-
-    fn commands(self) -> &'static str {
-        match self {
-            Design::Dlock => "DLOCK.ACQUIRE k owner 60000 ; DLOCK.RELEASE k owner",
-            Design::SetNx => "SET k owner NX PX 60000 ; EVALSHA <compare-and-delete> 1 k owner",
-            Design::Lua => {
-                "EVALSHA <lock> 1 k 60000 owner ; EVALSHA <unlock> 2 k unlock:k 0 60000 owner"
-            }
-        }
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::DlockPair => "DLOCK.ACQUIRE + DLOCK.RELEASE",
+        Op::SetNxDel => "SET NX PX + DEL (unsafe floor)",
+        Op::SetNxCad => "SET NX PX + compare-and-delete (EVALSHA)",
+        Op::LuaPair => "EVALSHA lock + EVALSHA unlock (re-entrant, hash)",
+        Op::Get | Op::Incr => "",
     }
 }
 
 pub fn run(config: &Config) -> Res<Section> {
-    let server = Server::start(config, &[])?;
-    let mut conn = server.conn()?;
-    let scripts = Scripts::load(&mut conn)?;
+    let module = Server::start(config, &[])?;
+    let plain = Server::start_plain(config, &[])?;
+    let mut module_conn = module.conn()?;
+    let mut plain_conn = plain.conn()?;
+    let module_scripts = Scripts::load(&mut module_conn)?;
+    let plain_scripts = Scripts::load(&mut plain_conn)?;
     let reps = config.pick(1, 5);
-    let duration = Duration::from_millis(config.pick(250, 2000));
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Design::ALL.len()];
-    for rep in 0..reps {
-        for k in 0..Design::ALL.len() {
-            let index = (rep + k) % Design::ALL.len();
-            flushall(&mut conn)?;
-            let rate = measure(&server, &scripts, Design::ALL[index], duration, rep)?;
-            rates[index].push(rate);
-            let left = conn.call(&["DBSIZE"])?;
-            if left.as_int() != Some(0) {
-                bail!(
-                    "{}: {left:?} keys left after the run",
-                    Design::ALL[index].name()
-                );
-            }
-        }
-    }
-    let paired = |a: usize, b: usize| -> f64 {
-        let ratios: Vec<f64> = rates[a]
-            .iter()
-            .zip(&rates[b])
-            .map(|(x, y)| ratio(*x, *y))
-            .collect();
-        median(&ratios)
-    };
+    let duration = Duration::from_millis(config.pick(150, 1000));
+
     let mut section = Section::new(2, "Acquire + release cycles on distinct keys");
     section.about = format!(
-        "{CONNECTIONS} connections, each sending batches of {DEPTH} pipelined \
-         acquire + release pairs ({} commands per batch) on keys of its own, a \
-         new key for every pair, and checking every reply (the acquire must \
-         grant, the release must free the key). Runs of {:.2} s, {reps} per \
-         design, interleaved; medians, and ratios as medians of back-to-back runs.",
-        2 * DEPTH,
+        "{CONNECTIONS} connections of the bench's own load generator, each sending \
+         batches of pipelined acquire + release pairs (pipeline 16: 16 pairs, 32 \
+         commands per batch; pipeline 1: every command waits for the previous reply) \
+         on keys of its own, a new key for every pair, checking every reply (the \
+         acquire must grant, the release must free the key). Each reference design \
+         runs on two servers started alike, one with dlock loaded and one without \
+         (plain Redis); the DLOCK pair needs the module. Runs of {:.2} s, {reps} per \
+         case, every case of a pipeline interleaved (the starting case rotating); \
+         medians, and ratios as medians of back-to-back runs.",
         duration.as_secs_f64(),
     );
     let mut table = Table::new(
         "",
         &[
+            "pipeline",
             "design",
+            "server",
             "pairs/s",
             "commands/s",
-            "vs SET NX PX + CAD",
-            "vs Lua pair",
+            "vs SET NX PX + DEL, no module",
+            "vs SET NX PX + CAD, same server",
+            "vs Lua pair, same server",
         ],
     );
-    for (index, design) in Design::ALL.iter().enumerate() {
-        let pairs = median(&rates[index]);
-        table.row(vec![
-            design.name().to_string(),
-            thousands(pairs),
-            thousands(2.0 * pairs),
-            times(paired(index, 1)),
-            times(paired(index, 2)),
-        ]);
+    for pipeline in PIPELINES {
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); CASES.len()];
+        for rep in 0..reps {
+            for k in 0..CASES.len() {
+                let index = (rep + k) % CASES.len();
+                let case = CASES[index];
+                let (server, conn, scripts) = if case.plain {
+                    (&plain, &mut plain_conn, &plain_scripts)
+                } else {
+                    (&module, &mut module_conn, &module_scripts)
+                };
+                flushall(conn)?;
+                let tag = format!("pair:{pipeline}:{rep}");
+                let rate = load::rate(
+                    server,
+                    scripts,
+                    case.op,
+                    CONNECTIONS,
+                    pipeline,
+                    duration,
+                    &tag,
+                )?;
+                rates[index].push(rate);
+                let left = conn.call(&["DBSIZE"])?;
+                if left.as_int() != Some(0) {
+                    bail!("{}: {left:?} keys left after the run", op_name(case.op));
+                }
+            }
+        }
+        let paired = |a: usize, b: usize| -> f64 {
+            let ratios: Vec<f64> = rates[a]
+                .iter()
+                .zip(&rates[b])
+                .map(|(x, y)| ratio(*x, *y))
+                .collect();
+            median(&ratios)
+        };
+        for (index, case) in CASES.iter().enumerate() {
+            let pairs = median(&rates[index]);
+            // The same-server references: the module server's for a case
+            // on it, the plain server's for a plain case.
+            let (cad, lua) = if case.plain {
+                (CAD_MODULE - 1, LUA_MODULE - 1)
+            } else {
+                (CAD_MODULE, LUA_MODULE)
+            };
+            table.row(vec![
+                pipeline.to_string(),
+                op_name(case.op).to_string(),
+                if case.plain {
+                    "without dlock".into()
+                } else {
+                    "with dlock".into()
+                },
+                thousands(pairs),
+                thousands(2.0 * pairs),
+                times(paired(index, SETDEL_PLAIN)),
+                times(paired(index, cad)),
+                times(paired(index, lua)),
+            ]);
+        }
+        section.targets.push(Target::at_least(
+            &format!(
+                "pairs, pipeline {pipeline}: DLOCK / SET NX PX + DEL without the module (issue 15)"
+            ),
+            paired(0, SETDEL_PLAIN),
+            0.90,
+        ));
+        if pipeline == 16 {
+            section.targets.push(Target::at_least(
+                "pairs, pipeline 16: DLOCK / SET NX PX + compare-and-delete (same server)",
+                paired(0, CAD_MODULE),
+                0.90,
+            ));
+            section.targets.push(Target::at_least(
+                "pairs, pipeline 16: DLOCK / Lua lock + unlock (same server)",
+                paired(0, LUA_MODULE),
+                2.0,
+            ));
+        }
     }
     section.tables.push(table);
-    section.targets.push(Target::at_least(
-        "acquire+release pairs: DLOCK / SET NX PX + compare-and-delete",
-        paired(0, 1),
-        0.90,
-    ));
-    section.targets.push(Target::at_least(
-        "acquire+release pairs: DLOCK / Lua lock + unlock",
-        paired(0, 2),
-        2.0,
-    ));
+    section.notes.push(
+        "\"SET NX PX + DEL\" is not a safe lock (DEL frees the key whoever holds it); it is \
+         the least any lock on Redis can cost, hence the reference of the pair target. The \
+         rows \"with dlock\" of the reference designs show the module's tax on commands that \
+         are not its own (scenario 8 measures it alone)."
+            .into(),
+    );
     section.commands = vec![format!(
-        "target/release/dlock-bench --only 2   # {CONNECTIONS} connections x batches of {DEPTH} pairs, k = pair:<connection>:<n>"
+        "target/release/dlock-bench --only 2   # {CONNECTIONS} connections x batches of 16 pairs (or 1 command at a time), k = pair:<pipeline>:<run>:<connection>:<n>, o = owner-<connection>"
     )];
-    for design in Design::ALL {
-        section.commands.push(format!("#   {}", design.commands()));
+    for op in [Op::DlockPair, Op::SetNxDel, Op::SetNxCad, Op::LuaPair] {
+        section.commands.push(format!("#   {}", op.commands()));
     }
     Ok(section)
-}
-
-/// Pairs per second of one design over `duration`.
-fn measure(
-    server: &Server,
-    scripts: &Scripts,
-    design: Design,
-    duration: Duration,
-    rep: usize,
-) -> Res<f64> {
-    let barrier = Barrier::new(CONNECTIONS);
-    let results: Vec<Res<(u64, Duration)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..CONNECTIONS)
-            .map(|index| {
-                let barrier = &barrier;
-                scope.spawn(move || -> Res<(u64, Duration)> {
-                    let conn = server.conn();
-                    let owner = format!("owner-{index}");
-                    barrier.wait();
-                    let mut conn = conn?;
-                    let start = Instant::now();
-                    let deadline = start + duration;
-                    let mut pairs = 0u64;
-                    while Instant::now() < deadline {
-                        for i in 0..DEPTH {
-                            let key = format!("pair:{rep}:{index}:{}", pairs + i as u64);
-                            design.queue(&mut conn, scripts, &key, &owner);
-                        }
-                        conn.flush()?;
-                        for _ in 0..DEPTH {
-                            let acquire = conn.read()?;
-                            let release = conn.read()?;
-                            if !design.pair_ok(&acquire, &release) {
-                                bail!(
-                                    "{}: acquire {acquire:?}, release {release:?}",
-                                    design.name()
-                                );
-                            }
-                        }
-                        pairs += DEPTH as u64;
-                    }
-                    Ok((pairs, start.elapsed()))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a client thread panicked".into()))
-            })
-            .collect()
-    });
-    let mut total = 0u64;
-    let mut longest = Duration::ZERO;
-    for result in results {
-        let (pairs, elapsed) = result?;
-        total += pairs;
-        longest = longest.max(elapsed);
-    }
-    Ok(total as f64 / longest.as_secs_f64())
 }

@@ -140,13 +140,22 @@ pub fn run(config: &Config) -> Res<(Section, String)> {
                 times(paired(index, 2)),
             ]);
         }
+        // Issue 15 raised the goal at pipeline 16 (where the commands' own
+        // cost shows) from 0.90x to 0.95x.
+        let (goal, source) = if pipeline == 16 {
+            (0.95, " (issue 15)")
+        } else {
+            (0.90, "")
+        };
         section.targets.push(Target::at_least(
-            &format!("acquire throughput, pipeline {pipeline}: DLOCK.ACQUIRE / SET NX PX"),
+            &format!("acquire throughput, pipeline {pipeline}: DLOCK.ACQUIRE / SET NX PX{source}"),
             paired(0, 1),
-            0.90,
+            goal,
         ));
         section.targets.push(Target::at_least(
-            &format!("acquire throughput, pipeline {pipeline}: DLOCK.ACQUIRE / EVALSHA lock"),
+            &format!(
+                "acquire throughput, pipeline {pipeline}: DLOCK.ACQUIRE / EVALSHA lock{source}"
+            ),
             paired(0, 2),
             2.0,
         ));

@@ -1,0 +1,384 @@
+//! Connections: the shared multiplexed one (renewals, releases, immediate
+//! acquires) and the dedicated ones that blocking waits borrow from a pool.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::ClusterConfig;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, Value};
+
+use crate::client::Inner;
+use crate::Config;
+
+/// Where the client connects: one server (or a master behind a proxy), or a
+/// Redis Cluster.
+#[derive(Clone)]
+pub(crate) enum Opener {
+    Standalone(redis::Client),
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+/// The connection every guard shares: commands are multiplexed on it and
+/// never block on the server.
+#[derive(Clone)]
+pub(crate) enum Shared {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// The route of a command on `key` to the master serving its slot.
+pub(crate) fn route_of(key: &[u8]) -> Route {
+    Route::with_key(key, SlotAddr::Master)
+}
+
+fn routing_of(key: &[u8]) -> RoutingInfo {
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route_of(key)))
+}
+
+impl Opener {
+    /// The shared connection: reconnects by itself (ConnectionManager, or
+    /// the cluster connection's own reconnects).
+    pub(crate) async fn shared(&self, config: &Config) -> RedisResult<Shared> {
+        match self {
+            Opener::Standalone(client) => {
+                // Few reconnect attempts per failing command: a lock client
+                // should fail fast (the watchdog tries again on its own,
+                // and every later command starts a new reconnect).
+                let manager_config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(config.connect_timeout))
+                    .set_response_timeout(Some(config.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let manager = client
+                    .get_connection_manager_with_config(manager_config)
+                    .await?;
+                Ok(Shared::Standalone(manager))
+            }
+            Opener::Cluster(client) => {
+                let cluster_config = ClusterConfig::new()
+                    .set_connection_timeout(config.connect_timeout)
+                    .set_response_timeout(config.response_timeout);
+                let conn = client
+                    .get_async_connection_with_config(cluster_config)
+                    .await?;
+                Ok(Shared::Cluster(conn))
+            }
+        }
+    }
+
+    /// A new connection of its own for blocking commands: no response
+    /// timeout of its own (the caller bounds each wait).
+    async fn dedicated(&self, config: &Config) -> RedisResult<Dedicated> {
+        match self {
+            Opener::Standalone(client) => {
+                let async_config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(config.connect_timeout))
+                    .set_response_timeout(None);
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&async_config)
+                    .await?;
+                Ok(Dedicated {
+                    conn: DedicatedConn::Standalone(conn),
+                    id: None,
+                    broken: false,
+                })
+            }
+            Opener::Cluster(client) => {
+                // Long enough never to fire before the caller's own bound.
+                let cluster_config = ClusterConfig::new()
+                    .set_connection_timeout(config.connect_timeout)
+                    .set_response_timeout(Duration::from_secs(30 * 24 * 3600));
+                let conn = client
+                    .get_async_connection_with_config(cluster_config)
+                    .await?;
+                Ok(Dedicated {
+                    conn: DedicatedConn::Cluster(conn),
+                    id: None,
+                    broken: false,
+                })
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Runs `cmd`, which acts on `key`, on the master of `key`.
+    pub(crate) async fn run(&self, key: &[u8], cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Shared::Standalone(manager) => cmd.query_async(&mut manager.clone()).await,
+            Shared::Cluster(conn) => {
+                conn.clone()
+                    .route_command(cmd.clone(), routing_of(key))
+                    .await
+            }
+        }
+    }
+
+    /// Sends `pipe` (all its commands on keys of one slot) and returns one
+    /// reply per command, errors included as `Value::ServerError`.
+    pub(crate) async fn pipeline(&self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
+        let reply: Value = match self {
+            Shared::Standalone(manager) => pipe.query_async(&mut manager.clone()).await?,
+            Shared::Cluster(conn) => pipe.query_async(&mut conn.clone()).await?,
+        };
+        match reply {
+            Value::Array(items) => Ok(items),
+            other => Ok(vec![other]),
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Shared::Cluster(_))
+    }
+}
+
+enum DedicatedConn {
+    Standalone(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+/// A connection used by one blocking command at a time.
+pub(crate) struct Dedicated {
+    conn: DedicatedConn,
+    /// `CLIENT ID` on the node of the key it is about to wait on, asked
+    /// for when it is taken from the pool (which also proves it alive).
+    id: Option<i64>,
+    /// Set when a reply may still be in flight: never reused.
+    broken: bool,
+}
+
+/// How a blocking command ended.
+pub(crate) enum Blocking {
+    /// The server replied (or the connection failed) before any deadline.
+    Replied(RedisResult<Value>),
+    /// The caller gave up (cancelled) or the read timeout passed: the wait
+    /// was ended with CLIENT UNBLOCK and `late` is what came after it.
+    Abandoned { timed_out: bool, late: Late },
+}
+
+/// The reply of a blocked command read after `CLIENT UNBLOCK`.
+pub(crate) enum Late {
+    /// Its reply: a grant that raced the unblock, or null.
+    Reply(Value),
+    /// No reply came, or the server dropped it: the command may have been
+    /// granted without the client learning it.
+    Lost,
+}
+
+/// The reply of the PING sent behind a blocked command.
+fn is_ping_echo(value: &Value) -> bool {
+    match value {
+        Value::BulkString(bytes) => bytes.as_slice() == b"dlock-client",
+        Value::SimpleString(text) => text == "dlock-client",
+        _ => false,
+    }
+}
+
+impl Dedicated {
+    async fn query(&mut self, key: &[u8], cmd: &Cmd) -> RedisResult<Value> {
+        match &mut self.conn {
+            DedicatedConn::Standalone(conn) => cmd.query_async(conn).await,
+            DedicatedConn::Cluster(conn) => conn.route_command(cmd.clone(), routing_of(key)).await,
+        }
+    }
+
+    /// The server-side id of this connection on the master of `key`.
+    async fn client_id(&mut self, key: &[u8]) -> RedisResult<i64> {
+        if let Some(id) = self.id {
+            return Ok(id);
+        }
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("ID");
+        match self.query(key, &cmd).await? {
+            Value::Int(id) => {
+                self.id = Some(id);
+                Ok(id)
+            }
+            other => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "CLIENT ID did not reply an integer",
+                format!("{other:?}"),
+            ))),
+        }
+    }
+
+    /// Sends a command that may block on the server; gives up when
+    /// `cancelled` resolves or after `read_timeout`, ending the server-side
+    /// wait with `CLIENT UNBLOCK` (sent on the shared connection), running `after_unblock`
+    /// and reading the reply that the unblock provokes, within the wait margin.
+    pub(crate) async fn call_blocking(
+        &mut self,
+        inner: &Inner,
+        key: &[u8],
+        cmd: &Cmd,
+        read_timeout: Option<Duration>,
+        cancelled: impl Future<Output = ()>,
+        after_unblock: impl Future<Output = ()>,
+    ) -> Blocking {
+        let (shared, margin) = (&inner.shared, inner.config.wait_margin);
+        let id = match self.client_id(key).await {
+            Ok(id) => id,
+            Err(error) => {
+                self.broken = true;
+                return Blocking::Replied(Err(error));
+            }
+        };
+        let mut ping_conn = match &self.conn {
+            DedicatedConn::Standalone(conn) => DedicatedConn::Standalone(conn.clone()),
+            DedicatedConn::Cluster(conn) => DedicatedConn::Cluster(conn.clone()),
+        };
+        let broken = &mut self.broken;
+        let call = {
+            let conn = &mut self.conn;
+            async move {
+                match conn {
+                    DedicatedConn::Standalone(conn) => cmd.query_async(conn).await,
+                    DedicatedConn::Cluster(conn) => {
+                        conn.route_command(cmd.clone(), routing_of(key)).await
+                    }
+                }
+            }
+        };
+        tokio::pin!(call);
+        tokio::pin!(cancelled);
+        let read_deadline = async {
+            match read_timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::pin!(read_deadline);
+        let timed_out = tokio::select! {
+            reply = &mut call => {
+                if reply.is_err() {
+                    *broken = true;
+                }
+                return Blocking::Replied(reply);
+            }
+            _ = &mut cancelled => false,
+            _ = &mut read_deadline => true,
+        };
+        let mut unblock = redis::cmd("CLIENT");
+        unblock.arg("UNBLOCK").arg(id);
+        let _ = shared.run(key, &unblock).await;
+        // From here on the server can no longer grant this wait.
+        after_unblock.await;
+        // Redis can drop the reply of a waiter granted in the same event-loop
+        // turn as the unblock. A PING behind the blocked command tells: its
+        // PONG then arrives where the blocked command's reply should have.
+        let ping = async {
+            let mut cmd = redis::cmd("PING");
+            cmd.arg("dlock-client");
+            match &mut ping_conn {
+                DedicatedConn::Standalone(conn) => cmd.query_async::<Value>(conn).await,
+                DedicatedConn::Cluster(conn) => conn.route_command(cmd, routing_of(key)).await,
+            }
+        };
+        tokio::pin!(ping);
+        let late = match tokio::time::timeout(margin, &mut call).await {
+            Ok(Ok(value)) if is_ping_echo(&value) => Late::Lost,
+            Ok(Ok(value)) => {
+                // The PING's own reply follows; then the connection is clean.
+                if !matches!(tokio::time::timeout(margin, &mut ping).await, Ok(Ok(_))) {
+                    *broken = true;
+                }
+                Late::Reply(value)
+            }
+            _ => Late::Lost,
+        };
+        if matches!(late, Late::Lost) {
+            *broken = true;
+        }
+        Blocking::Abandoned { timed_out, late }
+    }
+}
+
+/// Idle dedicated connections, reused by later blocking waits.
+pub(crate) struct Pool {
+    idle: Mutex<Vec<Dedicated>>,
+}
+
+/// Idle connections kept at most; more are closed when returned.
+const POOL_IDLE_MAX: usize = 16;
+
+impl Pool {
+    pub(crate) fn new() -> Pool {
+        Pool {
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A connection to wait on `key`: an idle one that still answers, or a
+    /// new one; its `CLIENT ID` on the key's node is known.
+    pub(crate) async fn take(
+        &self,
+        opener: &Opener,
+        config: &Config,
+        key: &[u8],
+    ) -> RedisResult<Dedicated> {
+        loop {
+            let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let Some(mut conn) = idle else {
+                break;
+            };
+            // A connection closed while idle (a server restart, an idle
+            // timeout) fails here, harmlessly, and is dropped.
+            conn.id = None;
+            if conn.client_id(key).await.is_ok() {
+                return Ok(conn);
+            }
+        }
+        let mut conn = opener.dedicated(config).await?;
+        conn.client_id(key).await?;
+        Ok(conn)
+    }
+
+    /// Returns a connection after use; a broken one (or one too many) is
+    /// closed, which also ends any wait still on it in the server.
+    pub(crate) fn give_back(&self, conn: Dedicated) {
+        if conn.broken {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < POOL_IDLE_MAX {
+            idle.push(conn);
+        }
+    }
+}
+
+impl Dedicated {
+    /// Marks the connection as not reusable (a command's reply may still
+    /// come on it).
+    pub(crate) fn mark_broken(&mut self) {
+        self.broken = true;
+    }
+
+    /// Runs a command that does not block (or whose blocking is bounded by
+    /// the server, like WAIT), bounded by `limit`.
+    pub(crate) async fn run_bounded(
+        &mut self,
+        key: &[u8],
+        cmd: &Cmd,
+        limit: Duration,
+    ) -> RedisResult<Value> {
+        match tokio::time::timeout(limit, self.query(key, cmd)).await {
+            Ok(reply) => {
+                if reply.is_err() {
+                    self.broken = true;
+                }
+                reply
+            }
+            Err(_) => {
+                self.broken = true;
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no reply in time on the dedicated connection",
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+"""What the threaded and the asyncio clients share: the command lines they
+send, the parsing of the server's replies, the errors and the time rules.
+
+Nothing here does I/O, so both clients build the same commands and read the
+same replies the same way."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from redis.exceptions import LockError, ResponseError
+
+Number = Union[int, float]
+KeyT = Union[str, bytes]
+
+#: The lease of a hold renewed by the watchdog when no ``timeout`` is given,
+#: in seconds (Redisson's ``lockWatchdogTimeout``).
+DEFAULT_WATCHDOG_TIMEOUT = 30.0
+
+#: How much longer than a ``BLOCK`` wait the socket of the waiting connection
+#: waits for the reply, in seconds: the server answers a timed-out waiter
+#: itself, so the socket timeout only catches a dead connection.
+WAIT_MARGIN = 5.0
+
+#: How long an interrupted wait may take to clean up after itself (to see
+#: its waiter leave the queue and to release a grant that raced with the
+#: interruption), in seconds.
+CLEANUP_PATIENCE = 10.0
+
+#: How often the clean-up of an interrupted wait looks at the queue.
+CLEANUP_POLL = 0.005
+
+
+class DeadlockError(LockError):
+    """The server refused an upgrade that would wait for another upgrader
+    (reply ``DEADLOCK``): a second owner holding the lock shared asked for
+    it exclusively with ``BLOCK`` while a first one already waits."""
+
+
+class LatchBrokenError(LockError):
+    """The latch disappeared without opening while it was awaited (its
+    ``ttl`` ended, or it was deleted)."""
+
+
+def new_owner() -> bytes:
+    """A fresh owner name for a hold, as redis-py makes a fresh token."""
+    return uuid.uuid4().hex.encode()
+
+
+def seconds_to_ms(seconds: Number) -> int:
+    """A lease or a wait in whole milliseconds, at least 1."""
+    if seconds < 0:
+        raise ValueError("a time in seconds must not be negative")
+    return max(1, int(seconds * 1000))
+
+
+def as_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    return str(value).encode()
+
+
+def acquire_args(
+    keys: Sequence[KeyT],
+    owner: bytes,
+    ttl_ms: int,
+    *,
+    multi: bool,
+    fair: bool,
+    shared: bool,
+    limit: Optional[int],
+    block_ms: Optional[int],
+    session: bool,
+) -> List[Any]:
+    """The command that asks for a hold (one key, or all of ``keys``)."""
+    if multi:
+        args: List[Any] = ["DLOCK.MACQUIRE", len(keys), *keys, owner, ttl_ms]
+    else:
+        args = ["DLOCK.FAIR" if fair else "DLOCK.ACQUIRE", keys[0], owner, ttl_ms]
+    if shared:
+        args.append("SHARED")
+        if limit is not None:
+            args += ["LIMIT", limit]
+    if block_ms is not None:
+        args += ["BLOCK", block_ms]
+    if session:
+        args.append("SESSION")
+    return args
+
+
+def release_args(key: KeyT, owner: bytes, shared: bool) -> List[Any]:
+    args: List[Any] = ["DLOCK.RELEASE", key, owner]
+    if shared:
+        args.append("SHARED")
+    return args
+
+
+def renew_args(key: KeyT, owner: bytes, ttl_ms: int) -> List[Any]:
+    return ["DLOCK.RENEW", key, owner, ttl_ms]
+
+
+def parse_grant(reply: Any) -> Tuple[int, int]:
+    """``[token, holds, owner]`` -> (token, holds)."""
+    return int(reply[0]), int(reply[1])
+
+
+def parse_grants(reply: Any, multi: bool) -> Optional[List[Tuple[int, int]]]:
+    """The grants of an acquire, one per key, or None when not granted."""
+    if reply is None:
+        return None
+    if multi:
+        return [parse_grant(grant) for grant in reply]
+    return [parse_grant(reply)]
+
+
+def is_notowner(error: BaseException) -> bool:
+    return isinstance(error, ResponseError) and str(error).startswith("NOTOWNER")
+
+
+def is_deadlock(error: BaseException) -> bool:
+    return isinstance(error, ResponseError) and str(error).startswith("DEADLOCK")
+
+
+def _key(name: Any) -> str:
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def parse_info(reply: Any) -> Optional[Dict[str, Any]]:
+    """``DLOCK.INFO``'s reply (flat pairs in RESP2, a map in RESP3) as a
+    dict with str keys, or None for a missing key."""
+    if reply is None:
+        return None
+    if isinstance(reply, dict):
+        return {_key(name): value for name, value in reply.items()}
+    return {_key(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+
+
+def info_holds(info: Optional[Dict[str, Any]], owner: bytes) -> Tuple[int, int, int]:
+    """(exclusive holds, shared holds, pttl ms or -1) of ``owner`` in a
+    lock's INFO. Uses ``holders`` when the server reports it (shared holds),
+    the exclusive fields otherwise."""
+    if info is None:
+        return 0, 0, -1
+    holders = info.get("holders")
+    if holders is not None:
+        for entry in holders:
+            if as_bytes(entry[0]) == owner:
+                return int(entry[1]), int(entry[2]), int(entry[4])
+        return 0, 0, -1
+    if info.get("owner") is not None and as_bytes(info["owner"]) == owner:
+        return int(info["holds"]), 0, int(info["pttl"])
+    return 0, 0, -1
+
+
+def info_locked(info: Optional[Dict[str, Any]]) -> bool:
+    """Whether anyone holds the lock, in either mode."""
+    if info is None:
+        return False
+    return info.get("owner") is not None or int(info.get("shared") or 0) > 0
+
+
+def info_queued(info: Optional[Dict[str, Any]], owner: bytes) -> bool:
+    if info is None:
+        return False
+    return any(as_bytes(entry) == owner for entry in info.get("queue") or [])
+
+
+class Deadline:
+    """The monotonic instant by which a hold is known to be gone unless it
+    was renewed: the time a grant or renewal was *sent* plus its lease (the
+    server starts the lease later, so this errs on the early side)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: Optional[float] = None) -> None:
+        self.at = at
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def remaining(self) -> Optional[float]:
+        if self.at is None:
+            return None
+        return max(0.0, self.at - time.monotonic())

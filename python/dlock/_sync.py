@@ -1,0 +1,703 @@
+"""The threaded client: ``Lock`` (a drop-in for ``redis.lock.Lock``),
+``RWLock``, ``Semaphore``, ``MultiLock`` and ``Latch``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from types import SimpleNamespace, TracebackType
+from typing import Any, Callable, List, Optional, Sequence, Type
+
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+
+from . import _core
+from ._core import (
+    CLEANUP_PATIENCE,
+    CLEANUP_POLL,
+    DEFAULT_WATCHDOG_TIMEOUT,
+    WAIT_MARGIN,
+    DeadlockError,
+    KeyT,
+    LatchBrokenError,
+    Number,
+)
+
+logger = logging.getLogger("dlock")
+
+_UNCHANGED = object()
+
+
+def _pool_connection(pool: Any) -> Any:
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        return pool.get_connection("DLOCK")
+
+
+def call_on_own_connection(
+    client: Any, commands: Sequence[Sequence[Any]], timeout: Any = _UNCHANGED
+) -> List[Any]:
+    """Sends ``commands`` on a connection taken from ``client``'s pool for
+    this call alone, with a socket timeout of ``timeout`` seconds (None: no
+    timeout) while it waits for the replies, and returns the replies (an
+    error reply is returned as its ``ResponseError``).
+
+    A blocked ``BLOCK`` wait or a renewal on it never queues behind, nor
+    delays, the commands of other threads. On any failure other than an
+    error reply (a timeout, a dropped connection, KeyboardInterrupt) the
+    connection is closed, so the server forgets a waiter it had queued."""
+    pool = client.connection_pool
+    conn = _pool_connection(pool)
+    try:
+        if len(commands) == 1:
+            conn.send_command(*commands[0])
+        else:
+            conn.send_packed_command(conn.pack_commands(commands))
+        sock = conn._sock
+        if timeout is not _UNCHANGED and sock is not None:
+            sock.settimeout(timeout)
+        replies: List[Any] = []
+        try:
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as error:
+                    replies.append(error)
+        finally:
+            sock = conn._sock
+            if timeout is not _UNCHANGED and sock is not None:
+                sock.settimeout(conn.socket_timeout)
+        return replies
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+
+
+class LostEvent(threading.Event):
+    """``lock.lost``: set when the hold is known to be gone, by a
+    ``NOTOWNER`` reply to a renewal (or to ``extend``, ``reacquire``,
+    ``release``), or when the lease deadline passed on the monotonic clock
+    without a successful renewal. ``is_set()`` and ``wait()`` check that
+    deadline themselves, so a lock without a watchdog needs no thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadline = _core.Deadline()
+        #: Why the hold is known to be gone (None while it is not).
+        self.reason: Optional[str] = None
+
+    def lose(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.set()
+
+    def is_set(self) -> bool:
+        if super().is_set():
+            return True
+        if self.deadline.passed():
+            self.lose("the lease deadline passed without a successful renewal")
+            return True
+        return False
+
+    isSet = is_set
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.is_set():
+                return True
+            now = time.monotonic()
+            if end is not None and now >= end:
+                return False
+            limits = [t for t in (end, self.deadline.at) if t is not None]
+            if super().wait(max(0.0, min(limits) - now) if limits else None):
+                return True
+
+
+class _Local(threading.local):
+    """Per-thread hold state; every thread starts with no token."""
+
+    token: Optional[bytes] = None
+    hold: Optional["_Hold"] = None
+    lost: Optional[LostEvent] = None
+
+
+class _Shared(SimpleNamespace):
+    """The same state shared by every thread (``thread_local=False``)."""
+
+    token: Optional[bytes] = None
+    hold: Optional["_Hold"] = None
+    lost: Optional[LostEvent] = None
+
+
+class _Hold:
+    """One owner's hold on the lock's keys, as this process knows it."""
+
+    def __init__(self, owner: bytes, nkeys: int, lease_ms: int) -> None:
+        self.owner = owner
+        self.fences: List[int] = [0] * nkeys
+        self.counts: List[int] = [0] * nkeys
+        self.lease_ms = lease_ms
+        self.lost = LostEvent()
+        self.watchdog: Optional[_Watchdog] = None
+
+    def stop_watchdog(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
+
+
+class _Watchdog(threading.Thread):
+    """Renews a hold every third of its lease until stopped; sets ``lost``
+    on NOTOWNER or when the deadline passes without a successful renewal.
+    Each renewal uses a connection of its own with a socket timeout that
+    ends at the deadline, so a stuck connection cannot hide a lost lock."""
+
+    def __init__(self, lock: "Lock", hold: _Hold) -> None:
+        super().__init__(name=f"dlock-watchdog:{lock.name!r}", daemon=True)
+        self.lock = lock
+        self.hold = hold
+        self.stopped = threading.Event()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def run(self) -> None:
+        hold = self.hold
+        lease = hold.lease_ms / 1000
+        interval = lease / 3
+        next_at = time.monotonic() + interval
+        while True:
+            deadline = hold.lost.deadline.at
+            wake = next_at if deadline is None else min(next_at, deadline)
+            if self.stopped.wait(max(0.0, wake - time.monotonic())):
+                return
+            now = time.monotonic()
+            if hold.lost.deadline.passed():
+                hold.lost.lose("the lease deadline passed without a successful renewal")
+                return
+            if now < next_at:
+                continue
+            remaining = hold.lost.deadline.remaining()
+            try:
+                errors = self.lock._renew(hold, hold.lease_ms, timeout=max(0.01, remaining or lease))
+            except Exception as error:  # a dropped connection: try again soon
+                logger.debug("dlock: renewal of %r failed: %s", self.lock.name, error)
+                next_at = time.monotonic() + min(interval, 0.05)
+                continue
+            if self.stopped.is_set():
+                return
+            if any(_core.is_notowner(e) for e in errors):
+                hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
+                return
+            if errors:
+                logger.warning("dlock: renewal of %r refused: %s", self.lock.name, errors[0])
+                next_at = time.monotonic() + min(interval, 0.05)
+                continue
+            hold.lost.deadline.at = now + lease
+            next_at = now + interval
+
+
+class Lock:
+    """A dlock lock with the interface of ``redis.lock.Lock``:
+    ``r.lock(name, ..., lock_class=dlock.Lock)``.
+
+    ``timeout`` (seconds) is the lease of each hold; ``None`` gives a lease
+    of ``watchdog_timeout`` seconds renewed by a watchdog thread every third
+    of it (``auto_renewal`` turns the watchdog on or off explicitly). The
+    ``token`` of ``acquire`` is the hold's owner. Blocking waits wait in the
+    lock's queue in the server (``BLOCK``), so ``sleep`` is accepted and
+    ignored. ``fair`` uses ``DLOCK.FAIR`` (a place kept in the queue between
+    tries) and ``session`` ties the hold to the connection that acquired it.
+    """
+
+    _shared = False
+    _limit: Optional[int] = None
+    _multi = False
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        auto_renewal: Optional[bool] = None,
+        watchdog_timeout: Number = DEFAULT_WATCHDOG_TIMEOUT,
+        fair: bool = False,
+        session: bool = False,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.auto_renewal = (not timeout) if auto_renewal is None else bool(auto_renewal)
+        self.watchdog_timeout = watchdog_timeout
+        self.fair = fair
+        self.session = session
+        self.local: Any = _Local() if self.thread_local else _Shared()
+        self.local.token = None
+        self._owner_source: Optional[Callable[[], bytes]] = None
+
+    # -- what the subclasses change -------------------------------------
+
+    @property
+    def _keys(self) -> List[KeyT]:
+        return [self.name]
+
+    def _lease_ms(self) -> int:
+        # redis-py: a timeout of 0 or None means no expiry; here, a renewed lease.
+        return _core.seconds_to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+
+    # -- per-thread state ------------------------------------------------
+
+    def _hold(self) -> Optional[_Hold]:
+        hold = getattr(self.local, "hold", None)
+        if hold is not None and self.local.token == hold.owner:
+            return hold
+        return None
+
+    def _forget(self, hold: _Hold) -> None:
+        hold.stop_watchdog()
+        if not hold.lost.is_set():
+            hold.lost.deadline.at = None  # given back, not lost
+        if getattr(self.local, "hold", None) is hold:
+            self.local.hold = None
+            self.local.token = None
+
+    # -- context manager -------------------------------------------------
+
+    def __enter__(self) -> "Lock":
+        if self.acquire():
+            return self
+        raise LockError("Unable to acquire lock within the time specified")
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+    # -- the redis-py interface ------------------------------------------
+
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Any] = None,
+    ) -> bool:
+        """Takes the lock; True once held, False when not granted (at once
+        without ``blocking``, or within ``blocking_timeout`` seconds)."""
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        if token is not None:
+            owner = self.redis.get_encoder().encode(token)
+        elif self._owner_source is not None:
+            owner = self._owner_source()
+        else:
+            owner = _core.new_owner()
+        block_ms: Optional[int] = None
+        socket_timeout: Optional[float] = None
+        if blocking and (blocking_timeout is None or blocking_timeout > 0):
+            if blocking_timeout is None:
+                block_ms = 0  # forever
+            else:
+                block_ms = _core.seconds_to_ms(blocking_timeout)
+                socket_timeout = blocking_timeout + WAIT_MARGIN
+        keys = self._keys
+        current = self._hold()
+        same = current is not None and current.owner == owner
+        before = list(current.counts) if same and current is not None else [0] * len(keys)
+        lease_ms = self._lease_ms()
+        args = _core.acquire_args(
+            keys, owner, lease_ms, multi=self._multi, fair=self.fair, shared=self._shared,
+            limit=self._limit, block_ms=block_ms, session=self.session,
+        )
+        sent = time.monotonic()
+        hold: Optional[_Hold] = None
+        try:
+            try:
+                if block_ms is None:
+                    reply = self.redis.execute_command(*args)
+                else:
+                    reply = call_on_own_connection(self.redis, [args], socket_timeout)[0]
+                    if isinstance(reply, ResponseError):
+                        raise reply
+            except ResponseError as error:
+                if _core.is_deadlock(error):
+                    raise DeadlockError(str(error)) from None
+                raise
+            grants = _core.parse_grants(reply, self._multi)
+            if grants is None:
+                return False
+            if block_ms is not None:
+                sent = time.monotonic()  # the lease began when the wait ended
+            if same and current is not None:
+                hold = current
+            else:
+                if current is not None:
+                    self._forget(current)  # redis-py keeps only the latest token too
+                hold = _Hold(owner, len(keys), lease_ms)
+            for i, (fence, count) in enumerate(grants):
+                hold.fences[i] = fence
+                hold.counts[i] = count
+            hold.lease_ms = max(hold.lease_ms, lease_ms) if same else lease_ms
+            hold.lost.deadline.at = sent + lease_ms / 1000
+            self.local.hold = hold
+            self.local.token = owner
+            self.local.lost = hold.lost
+            if self.auto_renewal and hold.watchdog is None:
+                hold.watchdog = _Watchdog(self, hold)
+                hold.watchdog.start()
+            return True
+        except (ResponseError, LockError):
+            raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, a dropped connection) while the
+            # grant may have been made: give back whatever this call got.
+            if hold is not None:
+                if same:
+                    hold.counts = list(before)
+                else:
+                    self._forget(hold)
+            self._abandon(owner, before)
+            raise
+
+    def _abandon(self, owner: bytes, before: List[int]) -> None:
+        """After an interrupted acquire (its connection closed): waits until
+        the server dropped the waiter, then gives back any hold granted in
+        the meantime, so that nothing of the call is left behind."""
+        end = time.monotonic() + CLEANUP_PATIENCE
+        for i, key in enumerate(self._keys):
+            try:
+                while True:
+                    info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", key))
+                    if not _core.info_queued(info, owner) or time.monotonic() > end:
+                        break
+                    time.sleep(CLEANUP_POLL)
+                exclusive, shared, _pttl = _core.info_holds(info, owner)
+                extra = (shared if self._shared else exclusive) - before[i]
+                for _ in range(max(0, extra)):
+                    self.redis.execute_command(*_core.release_args(key, owner, self._shared))
+            except Exception as error:  # the lease ends the hold anyway
+                logger.warning("dlock: clean-up of an interrupted wait on %r failed: %s", key, error)
+
+    def do_acquire(self, token: Any) -> bool:
+        """One try without waiting (redis-py's hook)."""
+        return self.acquire(blocking=False, token=token)
+
+    def locked(self) -> bool:
+        """True if any owner holds the lock (any of the keys of a MultiLock)."""
+        return any(
+            _core.info_locked(_core.parse_info(self.redis.execute_command("DLOCK.INFO", key)))
+            for key in self._keys
+        )
+
+    def owned(self) -> bool:
+        """True if this lock (this thread's hold) holds every key now."""
+        hold = self._hold()
+        if hold is None:
+            return False
+        for key in self._keys:
+            info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", key))
+            exclusive, shared, _pttl = _core.info_holds(info, hold.owner)
+            if (shared if self._shared else exclusive) == 0:
+                return False
+        return True
+
+    def release(self) -> None:
+        """Gives back one hold (re-entered holds need one release each)."""
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot release a lock that's not owned or is already unlocked.")
+        last = max(hold.counts) <= 1
+        if last:
+            self._forget(hold)  # as redis-py: the token is dropped first
+        errors = self._release_keys(hold)
+        if any(_core.is_notowner(e) for e in errors):
+            hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
+            self._forget(hold)
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned")
+        if errors:
+            raise errors[0]
+        hold.counts = [max(0, c - 1) for c in hold.counts]
+
+    def do_release(self, expected_token: Any) -> None:
+        self.release()
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Adds ``additional_time`` seconds to the lease (or makes it the
+        lease with ``replace_ttl``)."""
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot extend an unlocked lock")
+        if self.timeout is None:
+            raise LockError("Cannot extend a lock with no timeout")
+        return self.do_extend(additional_time, replace_ttl)
+
+    def do_extend(self, additional_time: Number, replace_ttl: bool) -> bool:
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot extend an unlocked lock")
+        extra_ms = int(additional_time * 1000)
+        if replace_ttl:
+            ttl_ms = extra_ms
+        else:
+            info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", self._keys[0]))
+            _e, _s, pttl = _core.info_holds(info, hold.owner)
+            if pttl < 0:
+                hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
+                self._forget(hold)
+                raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
+            ttl_ms = pttl + extra_ms
+        self._renew_or_raise(hold, ttl_ms, "Cannot extend a lock that's no longer owned")
+        return True
+
+    def reacquire(self) -> bool:
+        """Resets the lease to ``timeout``."""
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot reacquire an unlocked lock")
+        if self.timeout is None:
+            raise LockError("Cannot reacquire a lock with no timeout")
+        return self.do_reacquire()
+
+    def do_reacquire(self) -> bool:
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot reacquire an unlocked lock")
+        self._renew_or_raise(hold, self._lease_ms(), "Cannot reacquire a lock that's no longer owned")
+        return True
+
+    # -- beyond redis-py -------------------------------------------------
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of this thread's hold (None when not held).
+        Tokens only grow: pass it to the resource, which refuses older ones."""
+        hold = self._hold()
+        return hold.fences[0] if hold is not None else None
+
+    @property
+    def lost(self) -> LostEvent:
+        """Set when the current (or last) hold is known to be gone."""
+        event = getattr(self.local, "lost", None)
+        if event is None:
+            event = LostEvent()
+            self.local.lost = event
+        return event
+
+    def renew(self) -> None:
+        """Resets the lease now (what the watchdog does)."""
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot renew an unlocked lock")
+        self._renew_or_raise(hold, hold.lease_ms, "Cannot renew a lock that's no longer owned")
+
+    # -- commands --------------------------------------------------------
+
+    def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> List[ResponseError]:
+        commands = [_core.renew_args(key, hold.owner, ttl_ms) for key in self._keys]
+        replies = call_on_own_connection(self.redis, commands, timeout)
+        return [r for r in replies if isinstance(r, ResponseError)]
+
+    def _renew_or_raise(self, hold: _Hold, ttl_ms: int, message: str) -> None:
+        sent = time.monotonic()
+        errors = self._renew(hold, ttl_ms)
+        if any(_core.is_notowner(e) for e in errors):
+            hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
+            self._forget(hold)
+            raise LockNotOwnedError(message)
+        if errors:
+            raise errors[0]
+        hold.lost.deadline.at = sent + ttl_ms / 1000
+
+    def _release_keys(self, hold: _Hold) -> List[ResponseError]:
+        errors: List[ResponseError] = []
+        for key in self._keys:
+            try:
+                self.redis.execute_command(*_core.release_args(key, hold.owner, self._shared))
+            except ResponseError as error:
+                errors.append(error)
+        return errors
+
+
+class ReadLock(Lock):
+    """The shared side of an ``RWLock``."""
+
+    _shared = True
+
+
+class Semaphore(Lock):
+    """At most ``limit`` holders at once (``SHARED LIMIT n``); each
+    ``acquire`` takes one permit with its own owner, lease and token."""
+
+    _shared = True
+
+    def __init__(self, redis: Any, name: Any, limit: int, timeout: Optional[Number] = None, **options: Any) -> None:
+        if limit < 1:
+            raise ValueError("a semaphore's limit must be at least 1")
+        super().__init__(redis, name, timeout, **options)
+        self._limit = int(limit)
+
+    @property
+    def limit(self) -> int:
+        return int(self._limit or 0)
+
+
+class RWLock:
+    """A read-write lock: ``read_lock()`` (shared) and ``write_lock()``
+    (exclusive) on one key and one queue. Both sides of one RWLock use one
+    owner per thread (per RWLock with ``thread_local=False``), so a thread
+    holding the write lock can take the read lock and release the write
+    lock (downgrade), and a sole reader can take the write lock (upgrade)."""
+
+    def __init__(self, redis: Any, name: Any, timeout: Optional[Number] = None, **options: Any) -> None:
+        self.redis = redis
+        self.name = name
+        thread_local = options.get("thread_local", True)
+        self._owners: Any = threading.local() if thread_local else SimpleNamespace()
+        self._read = ReadLock(redis, name, timeout, **options)
+        self._write = Lock(redis, name, timeout, **options)
+        self._read._owner_source = self._owner
+        self._write._owner_source = self._owner
+
+    def _owner(self) -> bytes:
+        owner = getattr(self._owners, "owner", None)
+        if owner is None:
+            owner = _core.new_owner()
+            self._owners.owner = owner
+        return owner
+
+    def read_lock(self) -> Lock:
+        return self._read
+
+    def write_lock(self) -> Lock:
+        return self._write
+
+    def __enter__(self) -> Lock:
+        """``with rwlock:`` takes the write (exclusive) lock."""
+        return self._write.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._write.__exit__(*exc)
+
+
+class MultiLock(Lock):
+    """Every key of ``names`` in one atomic step (``DLOCK.MACQUIRE``), or
+    none; with blocking, a wait in every key's queue at once, so locking
+    overlapping key sets in any order cannot deadlock. ``fence`` is the
+    list of tokens, one per key."""
+
+    _multi = True
+
+    def __init__(
+        self,
+        redis: Any,
+        names: Sequence[Any],
+        timeout: Optional[Number] = None,
+        *,
+        shared: bool = False,
+        limit: Optional[int] = None,
+        **options: Any,
+    ) -> None:
+        if not names:
+            raise ValueError("a MultiLock needs at least one key")
+        if limit is not None and not shared:
+            raise ValueError("limit needs shared=True")
+        if options.get("fair"):
+            raise ValueError("DLOCK.MACQUIRE has no fair mode")
+        super().__init__(redis, list(names), timeout, **options)
+        self.names = list(names)
+        self._shared = shared
+        self._limit = limit
+
+    @property
+    def _keys(self) -> List[KeyT]:
+        return self.names
+
+    @property
+    def fence(self) -> Optional[List[int]]:  # type: ignore[override]
+        hold = self._hold()
+        return list(hold.fences) if hold is not None else None
+
+    def do_extend(self, additional_time: Number, replace_ttl: bool) -> bool:
+        if not replace_ttl:
+            raise LockError("A MultiLock extends with replace_ttl=True only")
+        return super().do_extend(additional_time, replace_ttl)
+
+    def _release_keys(self, hold: _Hold) -> List[ResponseError]:
+        commands = [_core.release_args(key, hold.owner, self._shared) for key in self._keys]
+        replies = call_on_own_connection(self.redis, commands)
+        return [r for r in replies if isinstance(r, ResponseError)]
+
+
+class Latch:
+    """A count-down latch (``DLOCK.LATCH``/``COUNTDOWN``/``AWAIT``): one
+    side sets a count, others count down, and every waiter is woken by the
+    server in the instant the count reaches zero. As a context manager it
+    counts down once on exit (a worker's share of the work is done)."""
+
+    def __init__(self, redis: Any, name: Any) -> None:
+        self.redis = redis
+        self.name = name
+
+    def try_set_count(self, count: int, timeout: Number) -> bool:
+        """Creates the latch with ``count`` for at most ``timeout`` seconds;
+        False (and nothing changes) if it already exists."""
+        return bool(self.redis.execute_command("DLOCK.LATCH", self.name, int(count), _core.seconds_to_ms(timeout)))
+
+    def count_down(self, n: int = 1) -> int:
+        """Lowers the count by ``n``; returns what remains (0: open)."""
+        return int(self.redis.execute_command("DLOCK.COUNTDOWN", self.name, int(n)))
+
+    @property
+    def count(self) -> int:
+        """The count now (0 when the latch is open or missing)."""
+        info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", self.name))
+        return int(info["count"]) if info is not None else 0
+
+    def wait(self, timeout: Optional[Number] = None) -> bool:
+        """True once the latch is open (at once if it does not exist), False
+        when ``timeout`` seconds pass first; raises ``LatchBrokenError`` if
+        the latch disappears without opening."""
+        if timeout is None:
+            block_ms, socket_timeout = 0, None
+        else:
+            block_ms = _core.seconds_to_ms(timeout)
+            socket_timeout = timeout + WAIT_MARGIN
+        reply = call_on_own_connection(self.redis, [["DLOCK.AWAIT", self.name, block_ms]], socket_timeout)[0]
+        if isinstance(reply, ResponseError):
+            raise reply
+        if reply is None:
+            return False
+        if int(reply) == 0:
+            raise LatchBrokenError("the latch disappeared without opening")
+        return True
+
+    def __enter__(self) -> "Latch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.count_down()

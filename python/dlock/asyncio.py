@@ -1,0 +1,634 @@
+"""The asyncio client, for ``redis.asyncio``: the same classes as ``dlock``
+(``Lock`` has the interface of ``redis.asyncio.lock.Lock``), with a
+watchdog task instead of a thread and ``lost`` an ``asyncio.Event``.
+
+A cancelled wait (task cancellation, ``asyncio.timeout``) closes its
+connection, waits until the server dropped the waiter and gives back any
+grant that raced with the cancellation, then lets the cancellation go on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from types import SimpleNamespace, TracebackType
+from typing import Any, Callable, List, Optional, Sequence, Type
+
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+
+from . import _core
+from ._core import (
+    CLEANUP_PATIENCE,
+    CLEANUP_POLL,
+    DEFAULT_WATCHDOG_TIMEOUT,
+    WAIT_MARGIN,
+    DeadlockError,
+    KeyT,
+    LatchBrokenError,
+    Number,
+)
+
+__all__ = [
+    "DeadlockError",
+    "Latch",
+    "LatchBrokenError",
+    "Lock",
+    "LostEvent",
+    "MultiLock",
+    "ReadLock",
+    "RWLock",
+    "Semaphore",
+]
+
+logger = logging.getLogger("dlock")
+
+_UNCHANGED = object()
+#: A read timeout that never ends in practice (redis-py takes None as "the
+#: connection's own socket timeout").
+_FOREVER = 1e9
+
+
+async def _pool_connection(pool: Any) -> Any:
+    try:
+        return await pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        return await pool.get_connection("DLOCK")
+
+
+async def call_on_own_connection(
+    client: Any, commands: Sequence[Sequence[Any]], timeout: Any = _UNCHANGED
+) -> List[Any]:
+    """``dlock._sync.call_on_own_connection`` for redis.asyncio: a
+    connection from the pool for this call alone, read with ``timeout``
+    seconds (None: no timeout), closed on cancellation or failure."""
+    pool = client.connection_pool
+    conn = await _pool_connection(pool)
+    try:
+        if len(commands) == 1:
+            await conn.send_command(*commands[0])
+        else:
+            await conn.send_packed_command(conn.pack_commands(commands))
+        replies: List[Any] = []
+        for _ in commands:
+            try:
+                if timeout is _UNCHANGED:
+                    replies.append(await conn.read_response())
+                else:
+                    replies.append(await conn.read_response(timeout=_FOREVER if timeout is None else timeout))
+            except ResponseError as error:
+                replies.append(error)
+        return replies
+    except BaseException:
+        try:
+            await asyncio.shield(conn.disconnect())
+        except BaseException:  # closing is best effort; the error that got us here matters
+            pass
+        raise
+    finally:
+        await pool.release(conn)
+
+
+class LostEvent(asyncio.Event):
+    """``lock.lost`` for asyncio: set on NOTOWNER or when the lease deadline
+    passed on the monotonic clock without a successful renewal;
+    ``is_set()`` and ``wait()`` check that deadline themselves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadline = _core.Deadline()
+        #: Why the hold is known to be gone (None while it is not).
+        self.reason: Optional[str] = None
+
+    def lose(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.set()
+
+    def is_set(self) -> bool:
+        if super().is_set():
+            return True
+        if self.deadline.passed():
+            self.lose("the lease deadline passed without a successful renewal")
+            return True
+        return False
+
+    async def wait(self) -> bool:  # type: ignore[override]
+        while not self.is_set():
+            remaining = self.deadline.remaining()
+            if remaining is None:
+                await super().wait()
+            else:
+                try:
+                    await asyncio.wait_for(super().wait(), remaining + 0.001)
+                except asyncio.TimeoutError:
+                    pass
+        return True
+
+
+class _Local(threading.local):
+    token: Optional[bytes] = None
+    hold: Optional["_Hold"] = None
+    lost: Optional[LostEvent] = None
+
+
+class _Shared(SimpleNamespace):
+    token: Optional[bytes] = None
+    hold: Optional["_Hold"] = None
+    lost: Optional[LostEvent] = None
+
+
+class _Hold:
+    def __init__(self, owner: bytes, nkeys: int, lease_ms: int) -> None:
+        self.owner = owner
+        self.fences: List[int] = [0] * nkeys
+        self.counts: List[int] = [0] * nkeys
+        self.lease_ms = lease_ms
+        self.lost = LostEvent()
+        self.watchdog: Optional[asyncio.Task] = None
+        self.stopped = False
+
+    def stop_watchdog(self) -> None:
+        self.stopped = True
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+
+
+class Lock:
+    """A dlock lock with the interface of ``redis.asyncio.lock.Lock``:
+    ``r.lock(name, ..., lock_class=dlock.asyncio.Lock)``. The same mapping
+    as ``dlock.Lock``; the watchdog is a task of the running loop."""
+
+    _shared = False
+    _limit: Optional[int] = None
+    _multi = False
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        auto_renewal: Optional[bool] = None,
+        watchdog_timeout: Number = DEFAULT_WATCHDOG_TIMEOUT,
+        fair: bool = False,
+        session: bool = False,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.auto_renewal = (not timeout) if auto_renewal is None else bool(auto_renewal)
+        self.watchdog_timeout = watchdog_timeout
+        self.fair = fair
+        self.session = session
+        self.local: Any = _Local() if self.thread_local else _Shared()
+        self._owner_source: Optional[Callable[[], bytes]] = None
+
+    @property
+    def _keys(self) -> List[KeyT]:
+        return [self.name]
+
+    def _lease_ms(self) -> int:
+        return _core.seconds_to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+
+    def _hold(self) -> Optional[_Hold]:
+        hold = self.local.hold
+        if hold is not None and self.local.token == hold.owner:
+            return hold
+        return None
+
+    def _forget(self, hold: _Hold) -> None:
+        hold.stop_watchdog()
+        if not hold.lost.is_set():
+            hold.lost.deadline.at = None  # given back, not lost
+        if self.local.hold is hold:
+            self.local.hold = None
+            self.local.token = None
+
+    async def __aenter__(self) -> "Lock":
+        if await self.acquire():
+            return self
+        raise LockError("Unable to acquire lock within the time specified")
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+    async def acquire(
+        self,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Any] = None,
+    ) -> bool:
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        if token is not None:
+            owner = self.redis.get_encoder().encode(token)
+        elif self._owner_source is not None:
+            owner = self._owner_source()
+        else:
+            owner = _core.new_owner()
+        block_ms: Optional[int] = None
+        socket_timeout: Optional[float] = None
+        if blocking and (blocking_timeout is None or blocking_timeout > 0):
+            if blocking_timeout is None:
+                block_ms = 0
+            else:
+                block_ms = _core.seconds_to_ms(blocking_timeout)
+                socket_timeout = blocking_timeout + WAIT_MARGIN
+        keys = self._keys
+        current = self._hold()
+        same = current is not None and current.owner == owner
+        before = list(current.counts) if same and current is not None else [0] * len(keys)
+        lease_ms = self._lease_ms()
+        args = _core.acquire_args(
+            keys, owner, lease_ms, multi=self._multi, fair=self.fair, shared=self._shared,
+            limit=self._limit, block_ms=block_ms, session=self.session,
+        )
+        sent = time.monotonic()
+        hold: Optional[_Hold] = None
+        try:
+            try:
+                if block_ms is None:
+                    reply = await self.redis.execute_command(*args)
+                else:
+                    reply = (await call_on_own_connection(self.redis, [args], socket_timeout))[0]
+                    if isinstance(reply, ResponseError):
+                        raise reply
+            except ResponseError as error:
+                if _core.is_deadlock(error):
+                    raise DeadlockError(str(error)) from None
+                raise
+            grants = _core.parse_grants(reply, self._multi)
+            if grants is None:
+                return False
+            if block_ms is not None:
+                sent = time.monotonic()
+            if same and current is not None:
+                hold = current
+            else:
+                if current is not None:
+                    self._forget(current)
+                hold = _Hold(owner, len(keys), lease_ms)
+            for i, (fence, count) in enumerate(grants):
+                hold.fences[i] = fence
+                hold.counts[i] = count
+            hold.lease_ms = max(hold.lease_ms, lease_ms) if same else lease_ms
+            hold.lost.deadline.at = sent + lease_ms / 1000
+            self.local.hold = hold
+            self.local.token = owner
+            self.local.lost = hold.lost
+            if self.auto_renewal and hold.watchdog is None:
+                hold.watchdog = asyncio.ensure_future(self._watchdog(hold))
+            return True
+        except (ResponseError, LockError):
+            raise
+        except BaseException:
+            if hold is not None:
+                if same:
+                    hold.counts = list(before)
+                else:
+                    self._forget(hold)
+            try:
+                await asyncio.shield(self._abandon(owner, before))
+            except BaseException:  # cancelled again: the shielded clean-up goes on
+                pass
+            raise
+
+    async def _abandon(self, owner: bytes, before: List[int]) -> None:
+        end = time.monotonic() + CLEANUP_PATIENCE
+        for i, key in enumerate(self._keys):
+            try:
+                while True:
+                    info = _core.parse_info(await self.redis.execute_command("DLOCK.INFO", key))
+                    if not _core.info_queued(info, owner) or time.monotonic() > end:
+                        break
+                    await asyncio.sleep(CLEANUP_POLL)
+                exclusive, shared, _pttl = _core.info_holds(info, owner)
+                extra = (shared if self._shared else exclusive) - before[i]
+                for _ in range(max(0, extra)):
+                    await self.redis.execute_command(*_core.release_args(key, owner, self._shared))
+            except Exception as error:
+                logger.warning("dlock: clean-up of an interrupted wait on %r failed: %s", key, error)
+
+    async def _watchdog(self, hold: _Hold) -> None:
+        lease = hold.lease_ms / 1000
+        interval = lease / 3
+        next_at = time.monotonic() + interval
+        while not hold.stopped:
+            deadline = hold.lost.deadline.at
+            wake = next_at if deadline is None else min(next_at, deadline)
+            await asyncio.sleep(max(0.0, wake - time.monotonic()))
+            if hold.stopped:
+                return
+            now = time.monotonic()
+            if hold.lost.deadline.passed():
+                hold.lost.lose("the lease deadline passed without a successful renewal")
+                return
+            if now < next_at:
+                continue
+            remaining = hold.lost.deadline.remaining()
+            try:
+                errors = await self._renew(hold, hold.lease_ms, timeout=max(0.01, remaining or lease))
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                logger.debug("dlock: renewal of %r failed: %s", self.name, error)
+                next_at = time.monotonic() + min(interval, 0.05)
+                continue
+            if hold.stopped:
+                return
+            if any(_core.is_notowner(e) for e in errors):
+                hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
+                return
+            if errors:
+                logger.warning("dlock: renewal of %r refused: %s", self.name, errors[0])
+                next_at = time.monotonic() + min(interval, 0.05)
+                continue
+            hold.lost.deadline.at = now + lease
+            next_at = now + interval
+
+    async def do_acquire(self, token: Any) -> bool:
+        return await self.acquire(blocking=False, token=token)
+
+    async def locked(self) -> bool:
+        for key in self._keys:
+            if _core.info_locked(_core.parse_info(await self.redis.execute_command("DLOCK.INFO", key))):
+                return True
+        return False
+
+    async def owned(self) -> bool:
+        hold = self._hold()
+        if hold is None:
+            return False
+        for key in self._keys:
+            info = _core.parse_info(await self.redis.execute_command("DLOCK.INFO", key))
+            exclusive, shared, _pttl = _core.info_holds(info, hold.owner)
+            if (shared if self._shared else exclusive) == 0:
+                return False
+        return True
+
+    async def release(self) -> None:
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot release a lock that's not owned or is already unlocked.")
+        last = max(hold.counts) <= 1
+        errors = await self._release_keys(hold)
+        if any(_core.is_notowner(e) for e in errors):
+            hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
+            self._forget(hold)
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned")
+        if errors:
+            raise errors[0]
+        # As redis-py's asyncio Lock: the token is dropped once released.
+        hold.counts = [max(0, c - 1) for c in hold.counts]
+        if last:
+            self._forget(hold)
+
+    async def do_release(self, expected_token: Any) -> None:
+        await self.release()
+
+    async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot extend an unlocked lock")
+        if self.timeout is None:
+            raise LockError("Cannot extend a lock with no timeout")
+        return await self.do_extend(additional_time, replace_ttl)
+
+    async def do_extend(self, additional_time: Number, replace_ttl: bool) -> bool:
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot extend an unlocked lock")
+        extra_ms = int(additional_time * 1000)
+        if replace_ttl:
+            ttl_ms = extra_ms
+        else:
+            if self._multi:
+                raise LockError("A MultiLock extends with replace_ttl=True only")
+            info = _core.parse_info(await self.redis.execute_command("DLOCK.INFO", self._keys[0]))
+            _e, _s, pttl = _core.info_holds(info, hold.owner)
+            if pttl < 0:
+                hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
+                self._forget(hold)
+                raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
+            ttl_ms = pttl + extra_ms
+        await self._renew_or_raise(hold, ttl_ms, "Cannot extend a lock that's no longer owned")
+        return True
+
+    async def reacquire(self) -> bool:
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot reacquire an unlocked lock")
+        if self.timeout is None:
+            raise LockError("Cannot reacquire a lock with no timeout")
+        return await self.do_reacquire()
+
+    async def do_reacquire(self) -> bool:
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot reacquire an unlocked lock")
+        await self._renew_or_raise(hold, self._lease_ms(), "Cannot reacquire a lock that's no longer owned")
+        return True
+
+    @property
+    def fence(self) -> Optional[int]:
+        hold = self._hold()
+        return hold.fences[0] if hold is not None else None
+
+    @property
+    def lost(self) -> LostEvent:
+        event = self.local.lost
+        if event is None:
+            event = LostEvent()
+            self.local.lost = event
+        return event
+
+    async def renew(self) -> None:
+        hold = self._hold()
+        if hold is None:
+            raise LockError("Cannot renew an unlocked lock")
+        await self._renew_or_raise(hold, hold.lease_ms, "Cannot renew a lock that's no longer owned")
+
+    async def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> List[ResponseError]:
+        commands = [_core.renew_args(key, hold.owner, ttl_ms) for key in self._keys]
+        replies = await call_on_own_connection(self.redis, commands, timeout)
+        return [r for r in replies if isinstance(r, ResponseError)]
+
+    async def _renew_or_raise(self, hold: _Hold, ttl_ms: int, message: str) -> None:
+        sent = time.monotonic()
+        errors = await self._renew(hold, ttl_ms)
+        if any(_core.is_notowner(e) for e in errors):
+            hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
+            self._forget(hold)
+            raise LockNotOwnedError(message)
+        if errors:
+            raise errors[0]
+        hold.lost.deadline.at = sent + ttl_ms / 1000
+
+    async def _release_keys(self, hold: _Hold) -> List[ResponseError]:
+        commands = [_core.release_args(key, hold.owner, self._shared) for key in self._keys]
+        if len(commands) == 1:
+            try:
+                await self.redis.execute_command(*commands[0])
+                return []
+            except ResponseError as error:
+                return [error]
+        replies = await call_on_own_connection(self.redis, commands)
+        return [r for r in replies if isinstance(r, ResponseError)]
+
+
+class ReadLock(Lock):
+    """The shared side of an ``RWLock``."""
+
+    _shared = True
+
+
+class Semaphore(Lock):
+    """At most ``limit`` holders at once; each ``acquire`` is one permit."""
+
+    _shared = True
+
+    def __init__(self, redis: Any, name: Any, limit: int, timeout: Optional[Number] = None, **options: Any) -> None:
+        if limit < 1:
+            raise ValueError("a semaphore's limit must be at least 1")
+        super().__init__(redis, name, timeout, **options)
+        self._limit = int(limit)
+
+    @property
+    def limit(self) -> int:
+        return int(self._limit or 0)
+
+
+class RWLock:
+    """``read_lock()`` (shared) and ``write_lock()`` (exclusive) on one key,
+    with one owner per thread (per RWLock with ``thread_local=False``)."""
+
+    def __init__(self, redis: Any, name: Any, timeout: Optional[Number] = None, **options: Any) -> None:
+        self.redis = redis
+        self.name = name
+        thread_local = options.get("thread_local", True)
+        self._owners: Any = threading.local() if thread_local else SimpleNamespace()
+        self._read = ReadLock(redis, name, timeout, **options)
+        self._write = Lock(redis, name, timeout, **options)
+        self._read._owner_source = self._owner
+        self._write._owner_source = self._owner
+
+    def _owner(self) -> bytes:
+        owner = getattr(self._owners, "owner", None)
+        if owner is None:
+            owner = _core.new_owner()
+            self._owners.owner = owner
+        return owner
+
+    def read_lock(self) -> Lock:
+        return self._read
+
+    def write_lock(self) -> Lock:
+        return self._write
+
+    async def __aenter__(self) -> Lock:
+        """``async with rwlock:`` takes the write (exclusive) lock."""
+        return await self._write.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._write.__aexit__(*exc)
+
+
+class MultiLock(Lock):
+    """Every key of ``names`` in one atomic step, or none (``DLOCK.MACQUIRE``)."""
+
+    _multi = True
+
+    def __init__(
+        self,
+        redis: Any,
+        names: Sequence[Any],
+        timeout: Optional[Number] = None,
+        *,
+        shared: bool = False,
+        limit: Optional[int] = None,
+        **options: Any,
+    ) -> None:
+        if not names:
+            raise ValueError("a MultiLock needs at least one key")
+        if limit is not None and not shared:
+            raise ValueError("limit needs shared=True")
+        if options.get("fair"):
+            raise ValueError("DLOCK.MACQUIRE has no fair mode")
+        super().__init__(redis, list(names), timeout, **options)
+        self.names = list(names)
+        self._shared = shared
+        self._limit = limit
+
+    @property
+    def _keys(self) -> List[KeyT]:
+        return self.names
+
+    @property
+    def fence(self) -> Optional[List[int]]:  # type: ignore[override]
+        hold = self._hold()
+        return list(hold.fences) if hold is not None else None
+
+
+class Latch:
+    """The asyncio count-down latch; ``async with latch`` counts down on exit."""
+
+    def __init__(self, redis: Any, name: Any) -> None:
+        self.redis = redis
+        self.name = name
+
+    async def try_set_count(self, count: int, timeout: Number) -> bool:
+        return bool(
+            await self.redis.execute_command("DLOCK.LATCH", self.name, int(count), _core.seconds_to_ms(timeout))
+        )
+
+    async def count_down(self, n: int = 1) -> int:
+        return int(await self.redis.execute_command("DLOCK.COUNTDOWN", self.name, int(n)))
+
+    async def count(self) -> int:
+        info = _core.parse_info(await self.redis.execute_command("DLOCK.INFO", self.name))
+        return int(info["count"]) if info is not None else 0
+
+    async def wait(self, timeout: Optional[Number] = None) -> bool:
+        if timeout is None:
+            block_ms, socket_timeout = 0, None
+        else:
+            block_ms = _core.seconds_to_ms(timeout)
+            socket_timeout = timeout + WAIT_MARGIN
+        reply = (await call_on_own_connection(self.redis, [["DLOCK.AWAIT", self.name, block_ms]], socket_timeout))[0]
+        if isinstance(reply, ResponseError):
+            raise reply
+        if reply is None:
+            return False
+        if int(reply) == 0:
+            raise LatchBrokenError("the latch disappeared without opening")
+        return True
+
+    async def __aenter__(self) -> "Latch":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.count_down()

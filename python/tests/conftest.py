@@ -1,0 +1,172 @@
+"""Real servers for the suite: redis-server and Valkey, each with the module
+loaded, on a free port in a temporary directory, stopped at the end of the
+session whatever happens (as tests/common/mod.rs does for the Rust suites).
+
+``DLOCK_MODULE`` selects the module (default: target/release/libdlock.so of
+this repository), ``DLOCK_REDIS_SERVER`` the redis-server binary (default
+``redis-server``), ``DLOCK_VALKEY_SERVER`` the Valkey binary (default: what
+scripts/fetch-valkey.sh prints) and ``DLOCK_PY_SERVERS`` which of the two
+run (``redis,valkey`` by default)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional
+
+import pytest
+import redis
+
+from dlock._core import parse_info
+from dlock._sync import call_on_own_connection
+
+REPO = Path(__file__).resolve().parents[2]
+PATIENCE = 20.0
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = PATIENCE, what: str = "a condition") -> object:
+    """Polls ``predicate`` until it returns a true value; fails the test at
+    the deadline."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.002)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    def __init__(self, binary: str, kind: str) -> None:
+        self.binary = binary
+        self.kind = kind
+        self.dir = tempfile.mkdtemp(prefix=f"dlock-py-{kind}-")
+        self.process: Optional[subprocess.Popen] = None
+        self.port = 0
+        module = os.environ.get("DLOCK_MODULE", str(REPO / "target" / "release" / "libdlock.so"))
+        if not Path(module).exists():
+            raise RuntimeError(f"{module} is missing: run `cargo build --release` first")
+        self.module = module
+        for _attempt in range(5):
+            self.port = free_port()
+            if self._spawn():
+                return
+        self.stop()
+        raise RuntimeError(f"{kind} did not start; log:\n{self.log()}")
+
+    def _spawn(self) -> bool:
+        self.process = subprocess.Popen(
+            [
+                self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", self.dir, "--logfile", "server.log", "--daemonize", "no",
+                "--save", "", "--appendonly", "no", "--loadmodule", self.module,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        end = time.monotonic() + PATIENCE
+        while time.monotonic() < end:
+            if self.process.poll() is not None:
+                self.process = None
+                return False
+            try:
+                if redis.Redis(port=self.port, socket_timeout=5).ping():
+                    return True
+            except redis.ConnectionError:
+                pass
+            time.sleep(0.01)
+        return False
+
+    def log(self) -> str:
+        try:
+            return (Path(self.dir) / "server.log").read_text()
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def client(self, **options: object) -> redis.Redis:
+        return redis.Redis(port=self.port, **options)
+
+    def has_command(self, name: str) -> bool:
+        # Read raw: redis-py's COMMAND reply parser does not take a null entry.
+        reply = call_on_own_connection(self.client(), [["COMMAND", "INFO", name]])[0]
+        return bool(reply) and reply[0] is not None
+
+
+def _valkey_binary() -> str:
+    path = os.environ.get("DLOCK_VALKEY_SERVER")
+    if path:
+        return path
+    out = subprocess.run([str(REPO / "scripts" / "fetch-valkey.sh")], check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _kinds() -> List[str]:
+    return [k.strip() for k in os.environ.get("DLOCK_PY_SERVERS", "redis,valkey").split(",") if k.strip()]
+
+
+@pytest.fixture(scope="session", params=_kinds())
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    kind = request.param
+    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
+    srv = Server(binary, kind)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def r(server: Server) -> Iterator[redis.Redis]:
+    client = server.client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def key(request: pytest.FixtureRequest) -> str:
+    return f"{request.node.name}:{uuid.uuid4().hex[:8]}"
+
+
+def require(server: Server, *commands: str, option: Optional[str] = None) -> None:
+    """Skips the test when the server lacks a command (not merged yet)."""
+    for command in commands:
+        if not server.has_command(command):
+            pytest.skip(f"{command} is not on this server yet (COMMAND INFO has no entry)")
+
+
+def require_shared(server: Server) -> None:
+    """Skips the test unless DLOCK.ACQUIRE knows SHARED (issue 11)."""
+    client = server.client()
+    probe = f"probe:{uuid.uuid4().hex}"
+    try:
+        client.execute_command("DLOCK.ACQUIRE", probe, "probe", 1000, "SHARED")
+    except redis.ResponseError as error:
+        pytest.skip(f"DLOCK.ACQUIRE ... SHARED is not on this server yet ({error})")
+    client.execute_command("DLOCK.RELEASE", probe, "probe", "SHARED")
+
+
+def info(client: redis.Redis, key: str) -> Optional[dict]:
+    """DLOCK.INFO as a dict with str keys (RESP2 pairs or a RESP3 map)."""
+    return parse_info(client.execute_command("DLOCK.INFO", key))
