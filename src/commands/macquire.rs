@@ -222,6 +222,20 @@ pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     request.apply(ctx, &names)
 }
 
+/// The argument positions of the keys, for Redis's key-position requests:
+/// `2 .. 2 + numkeys` when numkeys is valid and the arguments are there.
+pub fn key_positions<'a>(args: impl ArgSource<'a>) -> std::ops::Range<usize> {
+    let numkeys = (args.count() > 1)
+        .then(|| parse_i64(args.bytes(1)))
+        .flatten()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=MAX_KEYS).contains(n) && args.count() >= n + 4);
+    match numkeys {
+        Some(n) => 2..2 + n,
+        None => 0..0,
+    }
+}
+
 /// The argument index of the first key named a second time, if any.
 pub fn duplicate_key<'a>(args: impl ArgSource<'a>, numkeys: usize) -> Option<usize> {
     let keys = 2..2 + numkeys;

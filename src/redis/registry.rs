@@ -46,7 +46,28 @@ entry_point!(latch_entry => latch::run);
 entry_point!(countdown_entry => countdown::run);
 entry_point!(await_entry => awaits::run);
 entry_point!(latchstate_entry => latchstate::run);
-entry_point!(macquire_entry => macquire::run);
+
+/// DLOCK.MACQUIRE also answers Redis's key-position requests
+/// (`getkeys-api`): Redis 7.0 routes Cluster commands by the legacy key
+/// range or this callback, not by key specs, so CROSSSLOT needs it.
+extern "C" fn macquire_entry(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    if api!(RedisModule_IsKeysPositionRequest(ctx) else 0) != 0 {
+        // SAFETY: Redis passes `argc` valid strings that live for the whole call.
+        let args = unsafe { Argv::from_raw(argv, argc) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for position in macquire::key_positions(&args) {
+                let position = c_int::try_from(position).unwrap_or(0);
+                api!(RedisModule_KeyAtPos(ctx, position) else ());
+            }
+        }));
+        return raw::REDISMODULE_OK as c_int;
+    }
+    dispatch(ctx, argv, argc, macquire::run)
+}
 
 /// Every DLOCK command. Writers are `write deny-oom`; INFO is `readonly fast`.
 /// All take their key at position 1, so Cluster routes them and replicas
@@ -116,7 +137,7 @@ const LATCH_COMMANDS: &[CommandSpec] = &[
 /// and flag them `movablekeys`.
 const MULTI_KEY_COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: c"dlock.macquire",
-    flags: c"write deny-oom",
+    flags: c"write deny-oom getkeys-api",
     entry: Some(macquire_entry),
 }];
 
