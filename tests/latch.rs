@@ -566,10 +566,7 @@ fn every_error_changes_nothing() {
             &["DLOCK.AWAIT", "latch", "0", "0"],
             "ERR wrong number of arguments",
         ),
-        (
-            &["DLOCK.INFO", "latch", "extra"],
-            "ERR syntax error",
-        ),
+        (&["DLOCK.INFO", "latch", "extra"], "ERR syntax error"),
         // Latch commands on a lock or a string, lock commands on a latch.
         (&["DLOCK.LATCH", "lock", "1", "1000"], "WRONGTYPE"),
         (&["DLOCK.LATCH", "string", "1", "1000"], "WRONGTYPE"),
