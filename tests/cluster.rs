@@ -1547,3 +1547,77 @@ fn latches_route_on_their_key_and_open_on_every_shard() {
         assert_eq!(exec_int(&mut master, &["EXISTS", &key]), 0);
     }
 }
+
+/// DLOCK.MACQUIRE in a cluster: hash-tagged keys share a slot and are
+/// taken together (one grant per key, all on the slot's master); keys in
+/// different slots are refused by Redis with CROSSSLOT, and nothing is taken.
+#[test]
+fn multi_key_acquire_needs_one_slot() {
+    let cluster = Cluster::start();
+    let shards = cluster.settled("the cluster", |_| true);
+    let mut client = cluster.client();
+    let (payment, stock) = ("{order:7}:payment", "{order:7}:stock");
+    let slot = keyslot(&mut client, payment);
+    let home = shards.iter().find(|s| s.serves(slot)).unwrap();
+    let mut master = cluster.node(home.master);
+    let keys = exec(
+        &mut master,
+        &[
+            "COMMAND",
+            "GETKEYS",
+            "DLOCK.MACQUIRE",
+            "2",
+            payment,
+            stock,
+            "me",
+            "100",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        keys,
+        Value::Array(vec![
+            Value::BulkString(payment.as_bytes().to_vec()),
+            Value::BulkString(stock.as_bytes().to_vec()),
+        ])
+    );
+    let granted = exec(
+        &mut client,
+        &["DLOCK.MACQUIRE", "2", payment, stock, "checkout", "600000"],
+    )
+    .unwrap();
+    match granted {
+        Value::Array(grants) => assert_eq!(grants.len(), 2),
+        other => panic!("not granted: {other:?}"),
+    }
+    assert_eq!(exec_int(&mut master, &["EXISTS", payment, stock]), 2);
+
+    let (bare_payment, bare_stock) = ("order:7:payment", "order:7:stock");
+    assert_ne!(
+        keyslot(&mut client, bare_payment),
+        keyslot(&mut client, bare_stock)
+    );
+    let error = exec(
+        &mut master,
+        &[
+            "DLOCK.MACQUIRE",
+            "2",
+            bare_payment,
+            bare_stock,
+            "checkout",
+            "600000",
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error.code(), Some("CROSSSLOT") | Some("MOVED")),
+        "{error}"
+    );
+    for shard in &shards {
+        let mut node = cluster.node(shard.master);
+        assert_eq!(
+            exec_int(&mut node, &["EXISTS", bare_payment, bare_stock]),
+            0
+        );
+    }
+}

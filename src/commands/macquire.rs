@@ -26,9 +26,14 @@
 
 use std::ffi::CStr;
 
-use super::acquire::Acquire;
-use super::parser::{parse_i64, ArgSource};
-use super::CommandError;
+use super::acquire::{generate_owner, grant_event, Acquire, GENERATED_OWNER_LEN};
+use super::parser::{parse_i64, ArgSource, OwnerArg};
+use super::{CommandError, CommandResult};
+use crate::clock;
+use crate::lock::{multi, Grant, Lock, Request, Step};
+use crate::redis::keyspace::{self, settle, Changes};
+use crate::redis::stats::{self, Event};
+use crate::redis::{multiwaiters, scheduler, Argv, Ctx, KeyName, LockKey};
 
 /// The most keys one request may name.
 pub const MAX_KEYS: usize = 1024;
@@ -92,6 +97,129 @@ impl<'a> MultiAcquire<'a> {
         }
         Ok(Self { numkeys, acquire })
     }
+}
+
+impl MultiAcquire<'_> {
+    /// Applies the request to the keys `names` and replies (or blocks).
+    pub fn apply(self, ctx: Ctx, names: &[KeyName]) -> CommandResult {
+        let mut generated = [0u8; GENERATED_OWNER_LEN];
+        let owner: &[u8] = match self.acquire.owner {
+            OwnerArg::Named(owner) => owner,
+            OwnerArg::Generate => generate_owner(&mut generated),
+        };
+        let request = Request {
+            owner,
+            ttl_ms: self.acquire.ttl_ms,
+            session: self.acquire.session.then(|| ctx.client_id()),
+            want: self.acquire.want,
+        };
+        // Every key is opened (WRONGTYPE ends the command) before any changes.
+        let mut keys = Vec::with_capacity(names.len());
+        for name in names {
+            keys.push(ctx.open_lock(*name, true)?);
+        }
+        let mut fresh = vec![false; names.len()];
+        for (index, (name, key)) in names.iter().zip(keys.iter_mut()).enumerate() {
+            scheduler::adopt_orphans_at(ctx, *name, key);
+            if key.lock().is_none() {
+                if let Err(error) = key.insert(Lock::new()) {
+                    discard_fresh(&mut keys, &fresh);
+                    return Err(error);
+                }
+                fresh[index] = true;
+            }
+        }
+        let now_ms = clock::now_ms();
+        let mut steps: Vec<Step<'static>> = names.iter().map(|_| keyspace::step(now_ms)).collect();
+        let granted = {
+            let mut locks: Vec<&mut Lock> = keys.iter_mut().filter_map(LockKey::lock_mut).collect();
+            multi::acquire_all(&mut locks, request, &mut steps)
+        };
+        if let Some(grants) = granted {
+            stats::count(Event::MultiAcquire);
+            for (index, (step, key)) in steps.into_iter().zip(keys.iter_mut()).enumerate() {
+                let grant = grants[index];
+                stats::record(ctx, grant_event(grant), names[index]);
+                let changes = Changes {
+                    session: request.session.filter(|_| !grant.reentry),
+                    ..Changes::default()
+                };
+                settle(ctx, names[index], key, step, changes);
+            }
+            reply_grants(ctx, &grants, owner);
+            return Ok(());
+        }
+        if let Some(timeout_ms) = self.acquire.block_ms.filter(|_| ctx.may_block()) {
+            let blocked = multiwaiters::block(ctx, names, &mut keys, request, timeout_ms, now_ms);
+            if blocked == Err(CommandError::Deadlock) {
+                stats::count(Event::Deadlock);
+            }
+            let changes = Changes {
+                queue: blocked.is_ok(),
+                ..Changes::default()
+            };
+            settle_all(ctx, names, &mut keys, steps, &fresh, changes);
+            return blocked;
+        }
+        settle_all(ctx, names, &mut keys, steps, &fresh, Changes::default());
+        ctx.reply_null();
+        Ok(())
+    }
+}
+
+/// Settles every key after a request that was not granted; a lock created
+/// for the request that is still empty is removed without a trace (it was
+/// never replicated).
+fn settle_all(
+    ctx: Ctx,
+    names: &[KeyName],
+    keys: &mut [LockKey],
+    steps: Vec<Step<'static>>,
+    fresh: &[bool],
+    changes: Changes<'_>,
+) {
+    let now_ms = clock::now_ms();
+    for (index, (step, key)) in steps.into_iter().zip(keys.iter_mut()).enumerate() {
+        let vacant = key.lock().is_none_or(|lock| lock.is_vacant(now_ms));
+        if fresh[index] && vacant {
+            key.delete();
+        } else {
+            settle(ctx, names[index], key, step, changes);
+        }
+    }
+}
+
+/// Removes the empty locks created for a request that failed.
+fn discard_fresh(keys: &mut [LockKey], fresh: &[bool]) {
+    for (key, _) in keys.iter_mut().zip(fresh).filter(|(_, fresh)| **fresh) {
+        key.delete();
+    }
+}
+
+/// The reply of a grant: one `[token, holds, owner]` per key, in order.
+fn reply_grants(ctx: Ctx, grants: &[Grant], owner: &[u8]) {
+    ctx.reply_array(grants.len());
+    for grant in grants {
+        super::acquire::reply_grant(ctx, *grant, owner);
+    }
+}
+
+/// Command entry: `DLOCK.MACQUIRE numkeys key [key ...] owner ttl [options]`.
+pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
+    let request = match MultiAcquire::parse(args) {
+        Ok(request) => request,
+        Err(ParseError::Command(error)) => return Err(error),
+        Err(ParseError::DuplicateKey(index)) => {
+            let mut buffer = [0u8; 256];
+            ctx.reply_error(duplicate_key_message(args.bytes(index), &mut buffer));
+            return Ok(());
+        }
+    };
+    let names: Option<Vec<KeyName>> = (2..2 + request.numkeys)
+        .map(|index| args.key(index))
+        .collect();
+    let names = names.ok_or(CommandError::WrongArity)?;
+    request.apply(ctx, &names)
 }
 
 /// The argument index of the first key named a second time, if any.

@@ -11,6 +11,7 @@ mod ffi;
 pub mod grace;
 pub mod keyspace;
 pub mod latches;
+pub mod multiwaiters;
 pub mod propagation;
 pub mod registry;
 pub mod scheduler;

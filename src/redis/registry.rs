@@ -12,7 +12,7 @@ use redis_module::raw;
 use super::command_info;
 use super::ffi::{api, Argv, Ctx};
 use crate::commands::{acquire, fair, info, release, renew, setstate, CommandResult};
-use crate::commands::{awaits, countdown, latch, latchstate};
+use crate::commands::{awaits, countdown, latch, latchstate, macquire};
 
 type Handler = fn(Ctx, &Argv<'_>) -> CommandResult;
 
@@ -46,6 +46,7 @@ entry_point!(latch_entry => latch::run);
 entry_point!(countdown_entry => countdown::run);
 entry_point!(await_entry => awaits::run);
 entry_point!(latchstate_entry => latchstate::run);
+entry_point!(macquire_entry => macquire::run);
 
 /// Every DLOCK command. Writers are `write deny-oom`; INFO is `readonly fast`.
 /// All take their key at position 1, so Cluster routes them and replicas
@@ -109,6 +110,16 @@ const LATCH_COMMANDS: &[CommandSpec] = &[
     },
 ];
 
+/// Commands whose keys follow a `numkeys` argument. They are created with
+/// no legacy key range; their key spec (by numkeys, see [`command_info`])
+/// makes Redis find their keys, check their slots in Cluster (CROSSSLOT),
+/// and flag them `movablekeys`.
+const MULTI_KEY_COMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: c"dlock.macquire",
+    flags: c"write deny-oom",
+    entry: Some(macquire_entry),
+}];
+
 fn dispatch(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -144,11 +155,30 @@ pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CSt
             return Err(command.name);
         }
     }
+    for command in MULTI_KEY_COMMANDS {
+        let status = api!(RedisModule_CreateCommand(
+            ctx,
+            command.name.as_ptr(),
+            command.entry,
+            command.flags.as_ptr(),
+            0,
+            0,
+            0,
+        ) else raw::REDISMODULE_ERR as c_int);
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(command.name);
+        }
+    }
     for info in command_info::COMMAND_INFO
         .iter()
         .chain(command_info::LATCH_COMMAND_INFO)
     {
         if !command_info::register(ctx, info) {
+            return Err(info.name);
+        }
+    }
+    for info in command_info::MULTI_KEY_COMMAND_INFO {
+        if !command_info::register_numkeys(ctx, info) {
             return Err(info.name);
         }
     }

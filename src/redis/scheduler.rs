@@ -19,11 +19,12 @@ use redis_module::raw;
 use super::audit::Fact;
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{self, settle, Changes};
+use super::multiwaiters;
 use super::stats::{self, Event};
 use super::waiters::{self, OrphanGroup};
 use super::wakeup;
 use crate::clock;
-use crate::lock::{Lock, Mode};
+use crate::lock::{Lock, Mode, WaiterId};
 
 /// A context owned by the module for the whole of its life, used to create
 /// timers from places that have none (a value's free callback).
@@ -46,6 +47,9 @@ struct Scheduler {
     sessions: HashMap<u64, Vec<Place>>,
     /// Closed connections whose SESSION holds are still to release.
     closed: Vec<u64>,
+    /// Multi-key requests found grantable at one of their keys: try to
+    /// grant them on all their keys at once.
+    multi_ready: Vec<WaiterId>,
     /// Lock values unlinked from their key with waiters or a SESSION hold
     /// depending on that place (see [`depart`]).
     departures: Vec<Departure>,
@@ -116,7 +120,8 @@ impl Scheduler {
         let urgent = !self.orphans.is_empty()
             || !self.closed.is_empty()
             || !self.departures.is_empty()
-            || !self.revoked.is_empty();
+            || !self.revoked.is_empty()
+            || !self.multi_ready.is_empty();
         let first = self.due.first().map(|(at, _, _)| *at);
         if urgent {
             Some(now)
@@ -239,6 +244,22 @@ pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
     }
     if let Some(lock) = key.lock_mut() {
         waiters::requeue(lock, db, name.bytes(), waiting);
+    }
+}
+
+/// A multi-key request heads a queue where it may be granted: try to grant
+/// it on all its keys soon (not now: the caller has one of them open).
+pub fn grant_multi_soon(id: WaiterId) {
+    let added = with_scheduler(|scheduler| {
+        let new = !scheduler.multi_ready.contains(&id);
+        if new {
+            scheduler.multi_ready.push(id);
+        }
+        new
+    })
+    .unwrap_or(false);
+    if added {
+        arm();
     }
 }
 
@@ -408,6 +429,7 @@ fn run_due(ctx: Ctx) {
             scheduler.pending.clear();
             scheduler.orphans.clear();
             scheduler.closed.clear();
+            scheduler.multi_ready.clear();
             scheduler.revoked.clear();
             std::mem::take(&mut scheduler.departures)
         })
@@ -431,6 +453,12 @@ fn run_due(ctx: Ctx) {
 }
 
 fn run_round(ctx: Ctx, now: u64) {
+    let ready =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.multi_ready)).unwrap_or_default();
+    for id in ready {
+        multiwaiters::try_grant(ctx, id, now);
+    }
+
     // Unlinked values not freed since: they were moved (RENAME, MOVE).
     let moved =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.departures)).unwrap_or_default();

@@ -47,7 +47,7 @@ struct Record {
 /// Redis 7.0 runs due timeouts before replying to clients unblocked in the
 /// same event-loop turn, and drops that reply (the grant would be lost while
 /// the lock stays in the waiter's name). It gets null at its timeout instead.
-const TIMEOUT_MARGIN_MS: u64 = 10;
+pub(super) const TIMEOUT_MARGIN_MS: u64 = 10;
 
 #[derive(Default)]
 struct Registry {
@@ -115,6 +115,15 @@ pub fn blocked_count() -> usize {
     with_registry(|registry| registry.records.len()).unwrap_or(0)
 }
 
+/// A new waiter id, never used before by a single-key or a multi-key
+/// waiter (they share the queues, so they share one id space).
+pub(super) fn new_id() -> Option<WaiterId> {
+    with_registry(|registry| {
+        registry.next_id += 1;
+        registry.next_id
+    })
+}
+
 /// Queues `request` in `key`'s lock and blocks the calling client for up to
 /// `timeout_ms` (0: no timeout).
 pub fn block(
@@ -125,11 +134,7 @@ pub fn block(
     timeout_ms: u64,
     now_ms: u64,
 ) -> Result<(), CommandError> {
-    let id = with_registry(|registry| {
-        registry.next_id += 1;
-        registry.next_id
-    })
-    .ok_or(CommandError::BlockFailed)?;
+    let id = new_id().ok_or(CommandError::BlockFailed)?;
     let lock = key.lock_mut().ok_or(CommandError::BlockFailed)?;
     let waiter = Waiter {
         id,
@@ -190,6 +195,11 @@ fn unblock(id: WaiterId, mut outcome: Outcome) {
         Some(record)
     })
     .flatten() else {
+        // Not a single-key waiter: a multi-key request taken out of a queue
+        // (its lock moved or went away) is answered null.
+        if matches!(outcome, Outcome::Refused) {
+            super::multiwaiters::refuse(id);
+        }
         return;
     };
     if let Outcome::Granted { place, .. } = &mut outcome {
@@ -219,11 +229,16 @@ pub struct OrphanGroup {
 /// Where each waiter of a dying lock value waited: groups by key, in queue order.
 pub fn locate(waiters: Vec<QueuedWaiter>, lease_expired: bool) -> Vec<OrphanGroup> {
     let places = waiters.into_iter().filter_map(|(owner, waiter)| {
-        let (db, key) = with_registry(|registry| {
+        let place = with_registry(|registry| {
             let record = registry.records.get(&waiter.id)?;
             Some((record.db, record.key.clone()))
         })
-        .flatten()?;
+        .flatten();
+        let Some((db, key)) = place else {
+            // A multi-key request finds its lost place again itself.
+            super::multiwaiters::orphaned(waiter.id, lease_expired);
+            return None;
+        };
         Some((db, key, (owner, waiter)))
     });
     group_by_key(places, lease_expired)
@@ -320,6 +335,7 @@ pub fn orphan_database(db: i32) -> Vec<OrphanGroup> {
 /// (Redis disconnects blocked clients on demotion, Valkey in cluster mode
 /// does not; the master's state replaces this server's anyway).
 pub fn refuse_all() {
+    super::multiwaiters::refuse_all();
     let ids: Vec<WaiterId> =
         with_registry(|registry| registry.records.keys().copied().collect()).unwrap_or_default();
     for id in ids {
