@@ -1379,9 +1379,27 @@ fn a_grant_whose_reply_redis_dropped_is_taken_back() {
         .arg("UNBLOCK")
         .arg(lost.id);
     let _: Value = pipe.query(&mut conn).expect("MULTI/EXEC");
-    // The next waiter is granted once the dropped grant is taken back.
-    let ((_, holds, owner), _) = next.granted();
-    assert_eq!((holds, owner.as_slice()), (1, &b"next"[..]));
+    // Redis 7.0 drops `lost`'s grant (it never answers it) and the module
+    // takes the hold back; a server that delivers the grant (Valkey) leaves
+    // `lost` holding it. Either way the lock never stays with a client that
+    // did not hear of it: `next` gets it, at once or after `lost` releases.
+    wait_until("the grant delivered or taken back", || {
+        lost.is_finished() || next.is_finished()
+    });
+    if lost.is_finished() {
+        let ((_, _, owner), _) = lost.granted();
+        assert_eq!(owner.as_slice(), &b"lost"[..]);
+        assert_eq!(
+            cmd(&mut conn, &["DLOCK.RELEASE", "dropped", "lost"]).unwrap(),
+            Value::Int(0)
+        );
+        let ((_, holds, owner), _) = next.granted();
+        assert_eq!((holds, owner.as_slice()), (1, &b"next"[..]));
+    } else {
+        let ((_, holds, owner), _) = next.granted();
+        assert_eq!((holds, owner.as_slice()), (1, &b"next"[..]));
+        drop(lost);
+    }
     assert_eq!(
         cmd(&mut conn, &["DLOCK.RELEASE", "dropped", "next"]).unwrap(),
         Value::Int(0)
@@ -1390,5 +1408,4 @@ fn a_grant_whose_reply_redis_dropped_is_taken_back() {
         cmd(&mut conn, &["EXISTS", "dropped"]).unwrap(),
         Value::Int(0)
     );
-    drop(lost);
 }
