@@ -39,9 +39,9 @@ test: build lint
 # docs/benchmarks.md): starts its own redis-server processes, pinned to core
 # 0 with the load on core 1, and rewrites docs/benchmarks.md and
 # docs/benchmarks-contention.svg (< 10 minutes), then the Rust client's
-# scenarios (client/benches/client.rs, docs/benchmarks-client.md, ~1 minute).
-# QUICK=1 runs every scenario
-# briefly (< 60 s) and writes its report to a temporary file instead.
+# scenarios (client/benches/client.rs, docs/benchmarks-client.md, ~1
+# minute). QUICK=1 runs every scenario briefly (< 60 s) and writes its
+# report to a temporary file instead.
 bench: build
 	cargo build --release -p dlock-bench
 	./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)

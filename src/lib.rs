@@ -19,6 +19,7 @@ mod module {
     use crate::redis::audit::AUDIT_CHANNEL;
     use crate::redis::datatype::{self, LOCK_TYPE_REGISTRATION};
     use crate::redis::grace::{self, GRACE_MS, MAX_LEASE_MS};
+    use crate::redis::latches::LATCH_TYPE;
     use crate::redis::{events, registry, scheduler, stats};
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
@@ -47,7 +48,7 @@ mod module {
         name: "dlock",
         version: crate::version::MODULE_VERSION,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-        data_types: [LOCK_TYPE_REGISTRATION],
+        data_types: [LOCK_TYPE_REGISTRATION, LATCH_TYPE],
         init: initialize,
         configurations: [
             i64: [

@@ -406,6 +406,10 @@ fn random_argument_vectors_never_hurt_the_server() {
         b"DLOCK.RENEW",
         b"DLOCK.INFO",
         b"DLOCK.SETSTATE",
+        b"DLOCK.LATCH",
+        b"DLOCK.COUNTDOWN",
+        b"DLOCK.AWAIT",
+        b"DLOCK.LATCHSTATE",
     ];
     let mut random = Random(0x5eed_d10c_u64);
     let mut errors = 0usize;

@@ -1497,3 +1497,127 @@ fn readers_writers_and_semaphores_work_on_every_shard() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// The count-down latch.
+// ---------------------------------------------------------------------------
+
+/// Latches route on their key like locks: one on every master, `MOVED`
+/// from the others, awaiters answered on each shard when the latch opens,
+/// and the shard's replica follows.
+#[test]
+fn latches_route_on_their_key_and_open_on_every_shard() {
+    let cluster = Cluster::start();
+    let shards = cluster.settled("the cluster", |_| true);
+    let mut client = cluster.client();
+    let cluster_client = cluster.cluster_client();
+    for shard in &shards {
+        let key = keys_on(&mut client, shard, "latch", 1).remove(0);
+        assert_eq!(
+            exec_int(&mut client, &["DLOCK.LATCH", &key, "2", "600000"]),
+            1
+        );
+        let mut master = cluster.node(shard.master);
+        assert_eq!(
+            exec_int(&mut master, &["EXISTS", &key]),
+            1,
+            "{key} on its master"
+        );
+        let other = shards.iter().find(|s| s.master != shard.master).unwrap();
+        let (slot, _) = moved(&mut cluster.node(other.master), &["DLOCK.COUNTDOWN", &key]);
+        assert_eq!(slot, keyslot(&mut client, &key));
+        let awaiter = Waiter::spawn(&cluster_client, &["DLOCK.AWAIT", &key, "0"]);
+        wait_until(&format!("an awaiter on {key}"), || {
+            matches!(
+                exec(&mut master, &["DLOCK.INFO", &key]),
+                Ok(Value::Array(fields)) if fields.get(5) == Some(&Value::Int(1))
+            )
+        });
+        assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 1);
+        assert_eq!(wait_replicas(&mut master, 1, 10_000), 1);
+        let mut replica = cluster.node(shard.replica());
+        exec(&mut replica, &["READONLY"]).unwrap();
+        match exec(&mut replica, &["DLOCK.INFO", &key]).unwrap() {
+            Value::Array(fields) => assert_eq!(fields.get(1), Some(&Value::Int(1)), "{key}"),
+            other => panic!("{key} on the replica: {other:?}"),
+        }
+        assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 0);
+        let (reply, _) = awaiter.handle.join().expect("the awaiter thread panicked");
+        assert_eq!(reply.unwrap(), Value::Int(1), "{key} opened");
+        assert_eq!(exec_int(&mut master, &["EXISTS", &key]), 0);
+    }
+}
+
+/// DLOCK.MACQUIRE in a cluster: hash-tagged keys share a slot and are
+/// taken together (one grant per key, all on the slot's master); keys in
+/// different slots are refused by Redis with CROSSSLOT, and nothing is taken.
+#[test]
+fn multi_key_acquire_needs_one_slot() {
+    let cluster = Cluster::start();
+    let shards = cluster.settled("the cluster", |_| true);
+    let mut client = cluster.client();
+    let (payment, stock) = ("{order:7}:payment", "{order:7}:stock");
+    let slot = keyslot(&mut client, payment);
+    let home = shards.iter().find(|s| s.serves(slot)).unwrap();
+    let mut master = cluster.node(home.master);
+    let keys = exec(
+        &mut master,
+        &[
+            "COMMAND",
+            "GETKEYS",
+            "DLOCK.MACQUIRE",
+            "2",
+            payment,
+            stock,
+            "me",
+            "100",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        keys,
+        Value::Array(vec![
+            Value::BulkString(payment.as_bytes().to_vec()),
+            Value::BulkString(stock.as_bytes().to_vec()),
+        ])
+    );
+    let granted = exec(
+        &mut client,
+        &["DLOCK.MACQUIRE", "2", payment, stock, "checkout", "600000"],
+    )
+    .unwrap();
+    match granted {
+        Value::Array(grants) => assert_eq!(grants.len(), 2),
+        other => panic!("not granted: {other:?}"),
+    }
+    assert_eq!(exec_int(&mut master, &["EXISTS", payment, stock]), 2);
+
+    let (bare_payment, bare_stock) = ("order:7:payment", "order:7:stock");
+    assert_ne!(
+        keyslot(&mut client, bare_payment),
+        keyslot(&mut client, bare_stock)
+    );
+    let error = exec(
+        &mut master,
+        &[
+            "DLOCK.MACQUIRE",
+            "2",
+            bare_payment,
+            bare_stock,
+            "checkout",
+            "600000",
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error.code(), Some("CROSSSLOT") | Some("MOVED")),
+        "{error}"
+    );
+    for key in [bare_payment, bare_stock] {
+        assert_eq!(
+            exec_int(&mut client, &["EXISTS", key]),
+            0,
+            "{key} was not taken"
+        );
+    }
+}

@@ -468,8 +468,8 @@ fn client_loop(
     shared: Arc<Shared>,
 ) -> ClientRecord {
     netns::enter(&ns);
-    let owner = format!("client-{id}");
     let mut record = ClientRecord::default();
+    let mut acquisitions = 0u64;
     let mut conn: Option<Connection> = None;
     let mut master = String::new();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -483,6 +483,12 @@ fn client_loop(
             }
             continue;
         };
+        // A unique owner per acquisition, as every client must use: with
+        // one owner per client, a later acquisition of the same key would
+        // re-enter a hold it walked away from and reset (shorten) its lease,
+        // ending the earlier belief on the server before the client's clock.
+        acquisitions += 1;
+        let owner = format!("client-{id}-{acquisitions}");
         let key_index = rng.below(KEYS.len() as u64) as usize;
         let key = KEYS[key_index];
         let ttl = rng.between(MIN_LEASE_MS, MAX_LEASE_MS);

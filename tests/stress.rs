@@ -2687,3 +2687,351 @@ fn the_shared_checker_reports_overlaps_and_overfull_semaphores() {
         Vec::<String>::new()
     );
 }
+
+// ---------------------------------------------------------------------------
+// Multi-key mode: DLOCK.MACQUIRE over random overlapping key sets.
+// ---------------------------------------------------------------------------
+
+/// Keys of the multi-key run; each client takes 2 to 4 of them at once.
+const MULTI_KEYS: usize = 8;
+
+/// How late past its BLOCK timeout a MACQUIRE may be answered on a loaded
+/// machine before it counts as a waiter left hanging (µs).
+const MULTI_LATE_US: i64 = 1_000_000;
+
+impl Worker {
+    fn run_multi(mut self) -> WorkerLog {
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            self.try_to_hold_all();
+        }
+        self.shared.conn_ids[self.index].store(0, Ordering::SeqCst);
+        self.log.closes.push((self.conn_id, wall_us()));
+        self.log
+    }
+
+    /// A random set of 2 to 4 keys in random order.
+    fn key_set(&mut self) -> Vec<usize> {
+        let keys = self.shared.settings.keys;
+        let mut all: Vec<usize> = (0..keys).collect();
+        for i in (1..keys).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            all.swap(i, j);
+        }
+        let count = self.rng.between(2, 4.min(keys as u64)) as usize;
+        all.truncate(count);
+        all
+    }
+
+    /// One `DLOCK.MACQUIRE ... BLOCK` over a random key set; when granted,
+    /// a fenced write per key under that key's token, then a release of
+    /// every key.
+    fn try_to_hold_all(&mut self) {
+        let keys = self.key_set();
+        let session = self.rng.percent(20);
+        let ttl = self.ttl();
+        // BLOCK 0 now and then: a cycle of waiters would hang it.
+        let block_ms = if self.rng.percent(5) {
+            0
+        } else {
+            self.rng.between(10, 400)
+        };
+        let owner = self.owner();
+        let mut args = vec!["DLOCK.MACQUIRE".to_string(), keys.len().to_string()];
+        args.extend(keys.iter().map(|&key| key_name(key)));
+        args.extend([
+            owner.clone(),
+            ttl.to_string(),
+            "BLOCK".to_string(),
+            block_ms.to_string(),
+        ]);
+        if session {
+            args.push("SESSION".to_string());
+        }
+        self.log.counters.requests += 1;
+        let (reply, sent, recv) = self.send(&args);
+        if block_ms > 0 && recv - sent > 1_000 * block_ms as i64 + MULTI_LATE_US {
+            self.violation(format!(
+                "{args:?} answered {} ms after its BLOCK timeout",
+                (recv - sent) / 1000 - block_ms as i64
+            ));
+        }
+        let request = |key: usize, granted: Option<(u64, u64)>| Request {
+            owner: owner.clone(),
+            key,
+            block_ms: Some(block_ms),
+            sent,
+            recv,
+            granted,
+        };
+        match reply {
+            Reply::Value(Value::Nil) => {
+                for &key in &keys {
+                    self.log.requests.push(request(key, None));
+                }
+                self.log.counters.nulls += 1;
+                self.log.counters.block_timeouts += 1;
+                if block_ms == 0 || recv - sent < 1_000 * block_ms as i64 - MARGIN_US {
+                    self.violation(format!(
+                        "{args:?} returned null after {} µs, before its timeout",
+                        recv - sent
+                    ));
+                }
+            }
+            Reply::Value(Value::Array(items)) if items.len() == keys.len() => {
+                let mut holds = Vec::with_capacity(keys.len());
+                for (&key, item) in keys.iter().zip(items) {
+                    let one = vec!["DLOCK.MACQUIRE".to_string(), key_name(key), owner.clone()];
+                    let Some((token, count)) = self.parse_grant(&one, item) else {
+                        return;
+                    };
+                    self.log.requests.push(request(key, Some((token, count))));
+                    if count != 1 {
+                        self.violation(format!(
+                            "{args:?} was a re-entry (holds {count}) on {} of a hold this owner never had",
+                            key_name(key)
+                        ));
+                        return;
+                    }
+                    holds.push(Hold {
+                        key,
+                        owner: owner.clone(),
+                        token,
+                        holds: 1,
+                        session,
+                        conn: self.conn_id,
+                        sent,
+                        recv,
+                        live_until: sent + 1_000 * ttl as i64 - MARGIN_US,
+                        given_up: None,
+                        ended: "",
+                    });
+                }
+                self.log.counters.grants += 1;
+                if recv - sent > 2_000 {
+                    self.log.counters.blocked_grants += 1;
+                }
+                // A lease granted after waiting started at an unknown
+                // instant: renewing each key pins down how long it lasts.
+                let mut ttl = ttl;
+                if self.rng.percent(60) {
+                    ttl = self.ttl();
+                    let Some(renewed) = self.renew_each(holds, ttl) else {
+                        return;
+                    };
+                    holds = renewed;
+                }
+                for hold in &holds {
+                    self.write(hold);
+                }
+                self.work_for_a_while(ttl);
+                for hold in &holds {
+                    self.write(hold);
+                }
+                self.release_each(holds);
+            }
+            Reply::Value(other) => {
+                self.violation(format!("{args:?}: bad reply {other:?}"));
+            }
+            Reply::Broken => {
+                for &key in &keys {
+                    self.log.requests.push(request(key, None));
+                }
+                self.lost_connection();
+            }
+            Reply::NotOwner => self.violation(format!("{args:?} replied NOTOWNER")),
+            Reply::Failed(text) => self.violation(text),
+        }
+    }
+
+    /// Renews every key of a multi-key grant; returns the holds still held,
+    /// or None when the connection broke (every hold is then kept).
+    fn renew_each(&mut self, holds: Vec<Hold>, ttl: u64) -> Option<Vec<Hold>> {
+        let mut held = Vec::with_capacity(holds.len());
+        let mut ended = false;
+        let mut rest = holds.into_iter();
+        while let Some(mut hold) = rest.next() {
+            match self.renew(&mut hold, ttl) {
+                Step::Holding => held.push(hold),
+                Step::Ended => {
+                    self.keep(hold, "the server ended it (renewal)");
+                    ended = true;
+                }
+                Step::Broken => {
+                    self.keep(hold, "its connection broke (renewal)");
+                    for hold in held.into_iter().chain(rest) {
+                        self.log.counters.abandoned += 1;
+                        self.keep(hold, "abandoned (connection broke while renewing)");
+                    }
+                    self.lost_connection();
+                    return None;
+                }
+            }
+        }
+        if ended {
+            self.fresh_generation();
+        }
+        Some(held)
+    }
+
+    /// Releases every key of a multi-key grant, one DLOCK.RELEASE each; once
+    /// the connection breaks, the rest are left to their leases.
+    fn release_each(&mut self, holds: Vec<Hold>) {
+        let mut broken = false;
+        for mut hold in holds {
+            if broken {
+                self.log.counters.abandoned += 1;
+                self.keep(hold, "abandoned (connection broke while releasing)");
+                continue;
+            }
+            let args = vec![
+                "DLOCK.RELEASE".to_string(),
+                key_name(hold.key),
+                hold.owner.clone(),
+            ];
+            let (reply, sent, recv) = self.send(&args);
+            match reply {
+                Reply::Value(Value::Int(0)) => {
+                    self.log.counters.releases += 1;
+                    hold.holds = 0;
+                    hold.given_up = Some(sent);
+                    self.keep(hold, "released");
+                }
+                Reply::NotOwner => {
+                    self.ended_by_server(&hold, recv, "RELEASE replied NOTOWNER");
+                    self.keep(hold, "the server ended it (release)");
+                }
+                Reply::Broken => {
+                    hold.given_up = Some(sent);
+                    self.keep(hold, "its connection broke (release)");
+                    broken = true;
+                }
+                Reply::Value(other) => {
+                    self.violation(format!("{args:?} replied {other:?}"));
+                    self.keep(hold, "release failed");
+                }
+                Reply::Failed(text) => {
+                    self.violation(text);
+                    self.keep(hold, "release failed");
+                }
+            }
+        }
+        if broken {
+            self.lost_connection();
+        }
+    }
+}
+
+/// Many clients take random overlapping sets of keys, in random order, with
+/// one atomic `DLOCK.MACQUIRE ... BLOCK` each, write to every key's fenced
+/// resource, and release every key, under short leases and CLIENT KILLs.
+/// The exclusive checker runs over the per-key holds: a token of its own per
+/// hold, tokens growing with real time, no two certainly-live holds of a key,
+/// no refused write from a live hold. Every waiter is answered by its BLOCK
+/// timeout (plus a second for the load), and every one is answered at all
+/// (BLOCK 0 included: a cycle of waiters would hang it), so the run is free
+/// of deadlocks; at the end every key is free and nobody waits.
+#[test]
+#[ignore = "fails on the server as of 3e69085+main: MACQUIRE BLOCK waiters hang (BLOCK 0 unanswered for 30 s) or are answered null before their timeout; run with --ignored"]
+fn clients_locking_overlapping_key_sets_never_break_exclusion_or_deadlock() {
+    let mut settings = Settings::from_env();
+    settings.secs = env_number("DLOCK_STRESS_SECS", 4);
+    settings.keys = MULTI_KEYS;
+    eprintln!(
+        "stress multi-key: {} clients, {} s, {} keys, seed {} (DLOCK_STRESS_SEED to replay)",
+        settings.clients, settings.secs, settings.keys, settings.seed
+    );
+    let server = Server::start();
+    let mut conn = server.connect();
+    let shared = Arc::new(Shared {
+        port: server.port,
+        settings,
+        stop: AtomicBool::new(false),
+        fences: (0..settings.keys).map(|_| Mutex::default()).collect(),
+        conn_ids: (0..settings.clients).map(|_| AtomicI64::new(0)).collect(),
+        generation: AtomicU64::new(0),
+    });
+    let started = Instant::now();
+    let workers: Vec<_> = (0..settings.clients)
+        .map(|index| {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || Worker::new(index, shared).run_multi())
+        })
+        .collect();
+    let killer = {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || killer(shared))
+    };
+    while started.elapsed() < Duration::from_secs(settings.secs) {
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            workers.iter().all(|w| !w.is_finished()),
+            "a worker stopped early (panicked?)"
+        );
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    // Every waiter finishes: a worker stuck in a wait cycle would not join
+    // (its read timeout then flags it).
+    let logs: Vec<WorkerLog> = workers
+        .into_iter()
+        .map(|w| w.join().expect("a worker panicked"))
+        .collect();
+    let kills = killer.join().expect("the killer panicked");
+    let ran_for = started.elapsed();
+    for key in 0..settings.keys {
+        wait_until(&format!("{} to be free", key_name(key)), || {
+            int(&mut conn, &["EXISTS", &key_name(key)]) == 0
+        });
+    }
+    wait_for_blocked_clients(&mut conn, 0);
+
+    let findings = check(&logs, &kills, &[], settings.keys);
+    let mut counters = Counters::default();
+    for log in &logs {
+        counters.add(&log.counters);
+    }
+    let key_holds = logs.iter().map(|log| log.holds.len()).sum::<usize>();
+    let mut fence_violations = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for fence in &shared.fences {
+        let fence = fence.lock().unwrap();
+        accepted += fence.accepted;
+        refused += fence.refused;
+        fence_violations.extend(fence.violations.iter().cloned());
+    }
+    eprintln!(
+        "stress multi-key: ran {:.1} s; {} MACQUIREs, {} granted ({} after waiting, {key_holds} key holds), {} BLOCK timeouts, {} releases",
+        ran_for.as_secs_f64(),
+        counters.requests,
+        counters.grants,
+        counters.blocked_grants,
+        counters.block_timeouts,
+        counters.releases,
+    );
+    eprintln!(
+        "stress multi-key: expiries seen {}, abandoned {}, kills {}, broken connections {}; server lease expiries {}; fenced writes accepted {accepted}, refused {refused} (stale holders); checked {} token orderings, {} hold windows",
+        counters.expiries_seen,
+        counters.abandoned,
+        kills.len(),
+        counters.disconnects,
+        info_number(&mut conn, "dlock", "dlock_lease_expiries"),
+        findings.pairs_ordered,
+        findings.windows_checked,
+    );
+    let violations: Vec<String> = findings
+        .violations
+        .into_iter()
+        .chain(fence_violations)
+        .collect();
+    eprintln!("stress multi-key: violations: {}", violations.len());
+    assert!(
+        violations.is_empty(),
+        "{} violations (seed {}):\n{}",
+        violations.len(),
+        settings.seed,
+        violations.join("\n")
+    );
+    assert!(counters.grants >= 100, "too little progress: {counters:?}");
+    assert!(counters.blocked_grants > 0, "no hand-offs: {counters:?}");
+    assert!(counters.expiries_seen > 0, "no lease ran out: {counters:?}");
+    assert!(!kills.is_empty(), "no connection was killed");
+}

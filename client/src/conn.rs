@@ -45,9 +45,14 @@ impl Opener {
     pub(crate) async fn shared(&self, config: &Config) -> RedisResult<Shared> {
         match self {
             Opener::Standalone(client) => {
+                // Few reconnect attempts per failing command: a lock client
+                // should fail fast (the watchdog tries again on its own,
+                // and every later command starts a new reconnect).
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(config.connect_timeout))
-                    .set_response_timeout(Some(config.response_timeout));
+                    .set_response_timeout(Some(config.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
                 let manager = client
                     .get_connection_manager_with_config(manager_config)
                     .await?;
@@ -73,16 +78,12 @@ impl Opener {
                 let async_config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(config.connect_timeout))
                     .set_response_timeout(None);
-                let mut conn = client
+                let conn = client
                     .get_multiplexed_async_connection_with_config(&async_config)
-                    .await?;
-                let id: i64 = redis::cmd("CLIENT")
-                    .arg("ID")
-                    .query_async(&mut conn)
                     .await?;
                 Ok(Dedicated {
                     conn: DedicatedConn::Standalone(conn),
-                    standalone_id: Some(id),
+                    id: None,
                     broken: false,
                 })
             }
@@ -96,7 +97,7 @@ impl Opener {
                     .await?;
                 Ok(Dedicated {
                     conn: DedicatedConn::Cluster(conn),
-                    standalone_id: None,
+                    id: None,
                     broken: false,
                 })
             }
@@ -143,9 +144,9 @@ enum DedicatedConn {
 /// A connection used by one blocking command at a time.
 pub(crate) struct Dedicated {
     conn: DedicatedConn,
-    /// `CLIENT ID` of a standalone connection (a cluster connection has one
-    /// per node: asked for before each wait).
-    standalone_id: Option<i64>,
+    /// `CLIENT ID` on the node of the key it is about to wait on, asked
+    /// for when it is taken from the pool (which also proves it alive).
+    id: Option<i64>,
     /// Set when a reply may still be in flight: never reused.
     broken: bool,
 }
@@ -187,13 +188,16 @@ impl Dedicated {
 
     /// The server-side id of this connection on the master of `key`.
     async fn client_id(&mut self, key: &[u8]) -> RedisResult<i64> {
-        if let Some(id) = self.standalone_id {
+        if let Some(id) = self.id {
             return Ok(id);
         }
         let mut cmd = redis::cmd("CLIENT");
         cmd.arg("ID");
         match self.query(key, &cmd).await? {
-            Value::Int(id) => Ok(id),
+            Value::Int(id) => {
+                self.id = Some(id);
+                Ok(id)
+            }
             other => Err(redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "CLIENT ID did not reply an integer",
@@ -308,13 +312,29 @@ impl Pool {
         }
     }
 
-    /// An idle connection, or a new one.
-    pub(crate) async fn take(&self, opener: &Opener, config: &Config) -> RedisResult<Dedicated> {
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        match idle {
-            Some(conn) => Ok(conn),
-            None => opener.dedicated(config).await,
+    /// A connection to wait on `key`: an idle one that still answers, or a
+    /// new one; its `CLIENT ID` on the key's node is known.
+    pub(crate) async fn take(
+        &self,
+        opener: &Opener,
+        config: &Config,
+        key: &[u8],
+    ) -> RedisResult<Dedicated> {
+        loop {
+            let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let Some(mut conn) = idle else {
+                break;
+            };
+            // A connection closed while idle (a server restart, an idle
+            // timeout) fails here, harmlessly, and is dropped.
+            conn.id = None;
+            if conn.client_id(key).await.is_ok() {
+                return Ok(conn);
+            }
         }
+        let mut conn = opener.dedicated(config).await?;
+        conn.client_id(key).await?;
+        Ok(conn)
     }
 
     /// Returns a connection after use; a broken one (or one too many) is

@@ -189,7 +189,10 @@ impl Latch {
         let inner = &self.client.inner;
         let mut cmd = redis::cmd("DLOCK.AWAIT");
         cmd.arg(self.key.as_slice()).arg(ms);
-        let mut conn = inner.pool.take(&inner.opener, &inner.config).await?;
+        let mut conn = inner
+            .pool
+            .take(&inner.opener, &inner.config, &self.key)
+            .await?;
         // If this future is dropped mid-wait, `conn` is dropped with it (not
         // returned to the pool): its connection closes, which ends the wait
         // on the server.

@@ -292,11 +292,17 @@ impl LockBuilder {
             shared: self.shared,
         };
         let sent = Instant::now();
-        let reply = self.client.inner.shared.run(&self.keys[0], &cmd).await;
+        let reply = self.client.inner.shared.run(self.first_key(), &cmd).await;
         in_flight.client = None;
         reply
             .map_err(Error::from)
             .and_then(|value| self.granted(value, &owner, sent, None))
+    }
+
+    /// The key a single-key command acts on, and that routes a multi-key
+    /// one (`check` makes sure there is one).
+    fn first_key(&self) -> &[u8] {
+        self.keys.first().map(Vec::as_slice).unwrap_or_default()
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -353,7 +359,7 @@ impl LockBuilder {
             } else {
                 "DLOCK.ACQUIRE"
             });
-            cmd.arg(self.keys[0].as_slice());
+            cmd.arg(self.first_key());
             cmd
         };
         cmd.arg(owner).arg(ttl_ms);
@@ -390,7 +396,7 @@ impl LockBuilder {
         };
         let cmd = self.command(&owner, self.ttl_ms());
         let inner = &self.client.inner;
-        let key = self.keys[0].clone();
+        let key = self.first_key().to_vec();
         let dedicated_needed = !matches!(self.wait, Wait::No) || self.replicas.is_some();
         if !dedicated_needed {
             let sent = Instant::now();
@@ -401,7 +407,7 @@ impl LockBuilder {
                     .and_then(|value| self.granted(value, &owner, sent, None)),
             );
         }
-        let mut conn = match inner.pool.take(&inner.opener, &inner.config).await {
+        let mut conn = match inner.pool.take(&inner.opener, &inner.config, &key).await {
             Ok(conn) => conn,
             Err(error) => return Some(Err(error.into())),
         };

@@ -16,6 +16,16 @@ use support::{client_of, eventually};
 
 const SHORT_LEASE: Duration = Duration::from_millis(300);
 
+/// A client whose safety margin leaves room for a loaded machine's
+/// scheduling delays: a guard counts as lost 50 ms (plus 1% of the lease)
+/// before its lease ends.
+async fn client_with_margin(server: &Server) -> dlock_client::Client {
+    let config = dlock_client::Config::default().safety_margin(Duration::from_millis(50));
+    dlock_client::Client::open_with(format!("redis://127.0.0.1:{}/", server.port), config)
+        .await
+        .expect("connect the dlock client")
+}
+
 fn owner_of(conn: &mut common::Connection, key: &str) -> Option<Vec<u8>> {
     common::info_owner(conn, key)
 }
@@ -235,7 +245,7 @@ async fn deleting_the_key_makes_the_guard_lost() {
 async fn a_lease_that_runs_out_makes_the_guard_lost_before_it_ends() {
     let server = Server::start();
     let mut conn = server.connect();
-    let dlock = client_of(&server).await;
+    let dlock = client_with_margin(&server).await;
 
     dlock.pause_renewals(true);
     let asked = Instant::now();
@@ -281,7 +291,7 @@ async fn a_lease_that_runs_out_makes_the_guard_lost_before_it_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server_makes_the_guard_lost_within_one_lease() {
     let mut server = Server::start();
-    let dlock = client_of(&server).await;
+    let dlock = client_with_margin(&server).await;
 
     let guard = dlock
         .lock("gone")
@@ -290,6 +300,23 @@ async fn a_killed_server_makes_the_guard_lost_within_one_lease() {
         .await
         .unwrap();
     let lost = guard.lost();
+    // A blocking request leaves a connection in the pool.
+    dlock
+        .lock("pooled")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    eventually(
+        "the lease was renewed twice",
+        Duration::from_secs(5),
+        || dlock.renewal_rounds() >= 2,
+    )
+    .await;
+    assert!(guard.is_held());
     server.kill();
     let killed = Instant::now();
     tokio::time::timeout(SHORT_LEASE, lost)
@@ -300,6 +327,30 @@ async fn a_killed_server_makes_the_guard_lost_within_one_lease() {
     // Releasing a lost guard against a dead server reports the connection
     // error, but never panics.
     let _ = guard.release().await;
+
+    // The client reconnects once the server is back.
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let guard = loop {
+        match dlock.lock("gone").acquire().await {
+            Ok(guard) => break guard,
+            Err(error) if error.is_connection_error() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(other) => panic!("no reconnect: {other:?}"),
+        }
+    };
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    // The pooled connection died with the server: it is replaced, and the
+    // first blocking request after the restart succeeds.
+    let waited = dlock
+        .lock("pooled")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap();
+    waited.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -516,4 +567,62 @@ async fn replicas_confirm_the_grant_or_the_lock_is_released() {
         Some(guard.owner())
     );
     guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_reply_the_server_drops_is_released() {
+    // redis-server 7.0 drops the reply of a waiter that is granted the lock
+    // and unblocked by CLIENT UNBLOCK in the same event-loop turn (here: one
+    // MULTI), leaving the lock held in the waiter's name. The client's read
+    // timeout ends the wait, its PING finds the reply missing, and the
+    // generated owner's hold is released.
+    let server = Server::start();
+    let mut conn = server.connect();
+    let config = dlock_client::Config::default().wait_margin(Duration::from_millis(300));
+    let dlock =
+        dlock_client::Client::open_with(format!("redis://127.0.0.1:{}/", server.port), config)
+            .await
+            .unwrap();
+    common::acquire(&mut conn, "dropped", "holder", 30_000).unwrap();
+    let attempt = tokio::spawn({
+        let dlock = dlock.clone();
+        async move {
+            dlock
+                .lock("dropped")
+                .wait(Duration::from_secs(1))
+                .acquire()
+                .await
+        }
+    });
+    eventually("the acquire waits", Duration::from_secs(5), || {
+        common::waiting(&mut conn, "dropped") == 1
+    })
+    .await;
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+    let waiter = clients
+        .lines()
+        .find(|line| line.contains("cmd=dlock.acquire"))
+        .and_then(|line| line.strip_prefix("id="))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("the waiting connection")
+        .to_string();
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("DLOCK.RELEASE")
+        .arg("dropped")
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(&waiter)
+        .query(&mut conn)
+        .unwrap();
+    match attempt.await.unwrap() {
+        Ok(guard) => guard.release().await.unwrap(), // a server that delivers it
+        Err(Error::Timeout) => {}
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+    eventually("no hold left behind", Duration::from_secs(2), || {
+        common::info(&mut conn, "dropped").is_none()
+    })
+    .await;
 }

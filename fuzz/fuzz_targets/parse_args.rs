@@ -4,10 +4,16 @@
 #![no_main]
 
 use dlock::commands::acquire::Acquire;
+use dlock::commands::awaits::Await;
+use dlock::commands::countdown::Countdown;
+use dlock::commands::latch::CreateLatch;
+use dlock::commands::latchstate::LatchState;
+use dlock::commands::macquire::MultiAcquire;
 use dlock::commands::parser::OwnerArg;
 use dlock::commands::release::Release;
 use dlock::commands::renew::Renew;
 use dlock::commands::setstate::SetState;
+use dlock::lock::latch::MAX_LATCH_COUNT;
 use dlock::lock::{MAX_OWNER_LEN, TTL_LIMIT_MS};
 use libfuzzer_sys::fuzz_target;
 
@@ -28,4 +34,19 @@ fuzz_target!(|data: &[u8]| {
         assert!(request.ttl_ms > 0 && request.ttl_ms < TTL_LIMIT_MS);
     }
     let _ = SetState::parse(args);
+    if let Ok(request) = CreateLatch::parse(args) {
+        assert!(request.count >= 1 && request.count <= MAX_LATCH_COUNT);
+        assert!(request.ttl_ms > 0 && request.ttl_ms < TTL_LIMIT_MS);
+    }
+    if let Ok(request) = Countdown::parse(args) {
+        assert!(request.n >= 1);
+    }
+    if let Ok(request) = Await::parse(args) {
+        assert!(request.timeout_ms < TTL_LIMIT_MS);
+    }
+    let _ = LatchState::parse(args);
+    if let Ok(request) = MultiAcquire::parse(args) {
+        assert!(request.numkeys >= 1 && request.numkeys <= 1024);
+        assert!(args.len() >= request.numkeys + 4);
+    }
 });

@@ -1,9 +1,10 @@
-//! The RDB value decoder, fed arbitrary (truncated, corrupted) payloads in
+//! The RDB value decoders (lock and latch), fed arbitrary (truncated, corrupted) payloads in
 //! the codec's byte form. A corrupt payload is rejected, never a panic; what
 //! is accepted round-trips through the encoder unchanged.
 #![no_main]
 
 use dlock::lock::codec::{decode, encode, SliceSource, VecSink, VERSION};
+use dlock::lock::latch;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,5 +18,11 @@ fuzz_target!(|data: &[u8]| {
         encode(&lock, &mut sink);
         let again = decode(&mut SliceSource { bytes: &sink.bytes }, VERSION);
         assert_eq!(again.as_ref(), Some(&lock));
+    }
+    if let Some(latch) = latch::decode(&mut SliceSource { bytes: data }) {
+        let mut sink = VecSink::default();
+        latch::encode(&latch, &mut sink);
+        let again = latch::decode(&mut SliceSource { bytes: &sink.bytes });
+        assert_eq!(again.as_ref(), Some(&latch));
     }
 });

@@ -51,7 +51,7 @@ use crate::redis::stats::{self, Event};
 use crate::redis::{scheduler, waiters, Argv, Ctx, KeyName};
 
 /// Length of a generated owner: a hyphenated UUID.
-const GENERATED_OWNER_LEN: usize = 36;
+pub(super) const GENERATED_OWNER_LEN: usize = 36;
 
 /// A parsed DLOCK.ACQUIRE or DLOCK.FAIR (they share their grammar).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,7 +229,7 @@ pub fn reply_grant(ctx: Ctx, grant: Grant, owner: &[u8]) {
 }
 
 /// Writes a random UUID v4 into `buffer` and returns it.
-fn generate_owner(buffer: &mut [u8; GENERATED_OWNER_LEN]) -> &[u8] {
+pub(super) fn generate_owner(buffer: &mut [u8; GENERATED_OWNER_LEN]) -> &[u8] {
     uuid::Uuid::new_v4().hyphenated().encode_lower(buffer);
     buffer
 }

@@ -27,6 +27,8 @@
 //!   modes together), `exclusive`, `shared`, `token`, `pttl`, `client-id`
 //!   (the connection of a SESSION hold, null otherwise).
 //!
+//! On a latch: see [`super::latch::reply_info`].
+//!
 //! Errors: arity, `ERR syntax error` for extra arguments, `WRONGTYPE`.
 
 use super::parser::{is_keyword, ArgCursor, ArgSource};
@@ -48,7 +50,10 @@ pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     };
     cursor.finish()?;
     let name = args.key(1).ok_or(CommandError::WrongArity)?;
-    let key = ctx.open_lock(name, false)?;
+    let key = match ctx.open_lock(name, false) {
+        Err(CommandError::WrongType) => return super::latch::reply_info(ctx, name),
+        key => key?,
+    };
     let Some(lock) = key.lock() else {
         ctx.reply_null();
         return Ok(());

@@ -11,6 +11,15 @@ pub mod release;
 pub mod renew;
 pub mod setstate;
 
+// The count-down latch.
+pub mod awaits;
+pub mod countdown;
+pub mod latch;
+pub mod latchstate;
+
+// Atomic multi-key acquire.
+pub mod macquire;
+
 use std::ffi::CStr;
 
 /// Every way a command can fail. Each maps to one static error reply, so that
@@ -43,6 +52,14 @@ pub enum CommandError {
     StoreFailed,
     /// Redis refused to block the client.
     BlockFailed,
+    /// DLOCK.LATCH with a count outside 1..2^53.
+    InvalidLatchCount,
+    /// DLOCK.COUNTDOWN with an n that is not a positive integer.
+    InvalidDecrement,
+    /// DLOCK.LATCHSTATE sent by a client rather than by a master or the AOF.
+    InternalLatchCommand,
+    /// DLOCK.MACQUIRE with numkeys outside 1..=1024.
+    InvalidNumkeys,
 }
 
 impl CommandError {
@@ -81,6 +98,18 @@ impl CommandError {
             }
             CommandError::StoreFailed => c"ERR could not store the lock value",
             CommandError::BlockFailed => c"ERR could not block the client",
+            CommandError::InvalidLatchCount => {
+                c"ERR invalid count: must be an integer from 1 to 2^53-1"
+            }
+            CommandError::InvalidDecrement => {
+                c"ERR invalid n: COUNTDOWN takes a positive integer"
+            }
+            CommandError::InternalLatchCommand => {
+                c"ERR DLOCK.LATCHSTATE is internal: only a master's replication stream or the AOF may send it"
+            }
+            CommandError::InvalidNumkeys => {
+                c"ERR invalid numkeys: must be an integer from 1 to 1024"
+            }
         }
     }
 }

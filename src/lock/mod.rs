@@ -13,6 +13,8 @@ pub mod audit;
 pub mod codec;
 pub mod grace;
 mod holders;
+pub mod latch;
+pub mod multi;
 mod owner;
 mod queue;
 mod token;
@@ -91,8 +93,14 @@ pub struct Step<'a> {
     pub now_ms: u64,
     next_token: &'a dyn Fn() -> u64,
     present: &'a dyn Fn(WaiterId) -> bool,
+    /// Which blocked waiters are places of a multi-key request (see
+    /// [`multi`]): never granted here alone.
+    multi_key: &'a dyn Fn(WaiterId) -> bool,
     /// Waiters granted in this step, in grant order.
     pub woken: Vec<WaiterGrant>,
+    /// Multi-key requests found at the head of the queue and grantable
+    /// here: the adapter tries to grant them on all their keys at once.
+    pub ready: Vec<WaiterId>,
     /// Owners whose hold began, changed or ended, each noted while the lock
     /// had several holders after the change.
     pub touched: Vec<Box<[u8]>>,
@@ -115,13 +123,25 @@ impl<'a> Step<'a> {
             now_ms,
             next_token,
             present,
+            multi_key: &no_multi_key,
             woken: Vec::new(),
+            ready: Vec::new(),
             touched: Vec::new(),
             whole: false,
             expired: Vec::new(),
             holds_changed: false,
         }
     }
+
+    /// The same step, telling multi-key waiters apart with `multi_key`.
+    pub fn with_multi_key(mut self, multi_key: &'a dyn Fn(WaiterId) -> bool) -> Self {
+        self.multi_key = multi_key;
+        self
+    }
+}
+
+fn no_multi_key(_: WaiterId) -> bool {
+    false
 }
 
 /// One replicated effect on the holders (`DLOCK.SETSTATE`).
@@ -400,12 +420,7 @@ impl Lock {
     /// compatible with the holders. Otherwise `None` and nothing changes
     /// (but holders whose lease ended are dropped).
     pub fn acquire(&mut self, request: Request<'_>, step: &mut Step<'_>) -> Option<Grant> {
-        self.expire_holders(step);
-        self.queue.drop_expired_reservations(step.now_ms);
-        let holds = self.holders.get(request.owner).is_some();
-        let allowed = self.grantable(request.owner, request.want)
-            && (holds || self.queue_open_to(request.owner));
-        if !allowed {
+        if !self.would_acquire(request, step) {
             return None;
         }
         let grant = self.grant(
@@ -417,6 +432,52 @@ impl Lock {
         );
         if !grant.reentry {
             self.absorb_owner_entries(request.owner, step);
+        }
+        Some(grant)
+    }
+
+    /// Whether [`Lock::acquire`] would grant `request` now (holders whose
+    /// lease ended and expired reservations are dropped first, as it does).
+    pub fn would_acquire(&mut self, request: Request<'_>, step: &mut Step<'_>) -> bool {
+        self.expire_holders(step);
+        self.queue.drop_expired_reservations(step.now_ms);
+        let holds = self.holders.get(request.owner).is_some();
+        self.grantable(request.owner, request.want) && (holds || self.queue_open_to(request.owner))
+    }
+
+    /// Whether waiter `id` heads the queue and may be granted now. Run
+    /// [`Lock::hand_off`] first (it drops ended leases and departed heads).
+    pub fn head_is_ready(&self, id: WaiterId) -> bool {
+        match self.queue.head() {
+            Some((_, entry)) => match &entry.kind {
+                EntryKind::Waiter(waiter) => {
+                    waiter.id == id && self.grantable(&entry.owner, waiter.want)
+                }
+                EntryKind::Reservation { .. } => false,
+            },
+            None => false,
+        }
+    }
+
+    /// Grants waiter `id`, which [`Lock::head_is_ready`] allows, and takes
+    /// it out of the queue; the grant is returned, not added to
+    /// `step.woken` (a multi-key request is answered once, for all keys).
+    pub fn grant_head(&mut self, id: WaiterId, step: &mut Step<'_>) -> Option<Grant> {
+        if !self.head_is_ready(id) {
+            return None;
+        }
+        let (seq, _) = self.queue.head()?;
+        let Some(Entry {
+            owner,
+            kind: EntryKind::Waiter(waiter),
+            ..
+        }) = self.queue.remove(seq)
+        else {
+            return None;
+        };
+        let grant = self.grant(&owner, waiter.want, waiter.ttl_ms, waiter.session, step);
+        if !grant.reentry {
+            self.absorb_owner_entries(&owner, step);
         }
         Some(grant)
     }
@@ -542,6 +603,26 @@ impl Lock {
         Ok(remaining)
     }
 
+    /// Takes back one hold of `mode` granted to `owner` under `token` whose
+    /// grant never reached its client (the server dropped the reply); false
+    /// when that hold is gone already or the owner holds under another token.
+    pub fn revoke(&mut self, owner: &[u8], mode: Mode, token: u64, step: &mut Step<'_>) -> bool {
+        self.expire_holders(step);
+        let granted = self
+            .holders
+            .get(owner)
+            .is_some_and(|hold| hold.token == token && hold.count(mode) > 0);
+        if !granted {
+            return false;
+        }
+        self.holders.update(owner, |hold| match mode {
+            Mode::Exclusive => hold.exclusive -= 1,
+            Mode::Shared => hold.shared -= 1,
+        });
+        self.touch(owner, step);
+        true
+    }
+
     /// Resets the lease of `owner`'s hold (any mode) to `ttl_ms` from now;
     /// returns its token.
     pub fn renew(
@@ -592,6 +673,14 @@ impl Lock {
                 self.queue.remove(seq);
                 continue;
             }
+            if (step.multi_key)(waiter.id) {
+                // One place of a multi-key request: it holds the queue here
+                // until it is granted on all its keys at once.
+                if self.grantable(&entry.owner, waiter.want) {
+                    step.ready.push(waiter.id);
+                }
+                return;
+            }
             if !self.grantable(&entry.owner, waiter.want) {
                 return;
             }
@@ -635,6 +724,10 @@ impl Lock {
             };
             if !(step.present)(waiter.id) {
                 self.queue.remove(seq);
+                continue;
+            }
+            if (step.multi_key)(waiter.id) {
+                // Granted on all its keys at once, never here alone.
                 continue;
             }
             let reentry = match waiter.want.mode {

@@ -148,8 +148,108 @@ pub const COMMAND_INFO: &[Info] = &[
     },
 ];
 
-/// Registers the metadata of `info`'s command (created already).
+const LATCH_TTL: Arg = Arg {
+    name: c"ttl",
+    kind: INTEGER,
+    token: None,
+    optional: false,
+    summary: c"the latch ends (closed) after this many milliseconds",
+};
+
+pub const LATCH_COMMAND_INFO: &[Info] = &[
+    Info {
+        name: c"dlock.latch",
+        summary: c"Creates a count-down latch unless the key exists (then changes nothing).",
+        complexity: c"O(1)",
+        arity: 4,
+        key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT,
+        args: &[
+            Arg {
+                name: c"count",
+                kind: INTEGER,
+                token: None,
+                optional: false,
+                summary: c"1 to 2^53-1: how many count-downs open the latch",
+            },
+            LATCH_TTL,
+        ],
+    },
+    Info {
+        name: c"dlock.countdown",
+        summary: c"Lowers a latch's count; at 0 the latch opens, answering every awaiter, and is deleted.",
+        complexity: c"O(1), O(N) when it opens, where N is the number of awaiters",
+        arity: -2,
+        key_flags: RW_UPDATE,
+        args: &[Arg {
+            name: c"n",
+            kind: INTEGER,
+            token: None,
+            optional: true,
+            summary: c"how much to count down (default 1)",
+        }],
+    },
+    Info {
+        name: c"dlock.await",
+        summary: c"Waits until a latch opens (1), disappears closed (0) or the timeout passes (null).",
+        complexity: c"O(log N) where N is the number of awaiters",
+        arity: 3,
+        key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        args: &[Arg {
+            name: c"timeout",
+            kind: INTEGER,
+            token: None,
+            optional: false,
+            summary: c"wait up to this many milliseconds (0: forever)",
+        }],
+    },
+    Info {
+        name: c"dlock.latchstate",
+        summary: c"Internal: the replicated effect of a latch change (refused from clients).",
+        complexity: c"O(1), O(N) when it opens, where N is the number of awaiters",
+        arity: -3,
+        key_flags: RW_UPDATE,
+        args: &[],
+    },
+];
+
+pub const MULTI_KEY_COMMAND_INFO: &[Info] = &[Info {
+    name: c"dlock.macquire",
+    summary: c"Acquires a lock on every key in one atomic step, or nothing; optionally waits in every key's queue at once.",
+    complexity: c"O(K log N) where K is the number of keys and N the number of queued clients",
+    arity: -5,
+    key_flags: RW_ACCESS,
+    args: &[
+        OWNER,
+        TTL,
+        SHARED,
+        LIMIT,
+        BLOCK,
+        SESSION,
+    ],
+}];
+
+/// How a command names its keys.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KeyLayout {
+    /// One key, at position 1.
+    Single,
+    /// `numkeys` at position 1, then that many keys.
+    Numkeys,
+}
+
+/// Registers the metadata of `info`'s command (created already): one key
+/// at position 1.
 pub fn register(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
+    register_with(ctx, info, KeyLayout::Single)
+}
+
+/// Registers the metadata of `info`'s command (created already): `numkeys`
+/// at position 1, then the keys.
+pub fn register_numkeys(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
+    register_with(ctx, info, KeyLayout::Numkeys)
+}
+
+fn register_with(ctx: *mut raw::RedisModuleCtx, info: &Info, layout: KeyLayout) -> bool {
     let command = api!(RedisModule_GetCommand(ctx, info.name.as_ptr()) else std::ptr::null_mut());
     if command.is_null() {
         return false;
@@ -167,19 +267,42 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
     key_spec.flags = u64::from(info.key_flags);
     key_spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     key_spec.bs.index.pos = 1;
-    key_spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-    key_spec.fk.range.lastkey = 0;
-    key_spec.fk.range.keystep = 1;
-    key_spec.fk.range.limit = 0;
+    match layout {
+        KeyLayout::Single => {
+            key_spec.find_keys_type =
+                raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            key_spec.fk.range.lastkey = 0;
+            key_spec.fk.range.keystep = 1;
+            key_spec.fk.range.limit = 0;
+        }
+        KeyLayout::Numkeys => {
+            key_spec.find_keys_type =
+                raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+            key_spec.fk.keynum.keynumidx = 0;
+            key_spec.fk.keynum.firstkey = 1;
+            key_spec.fk.keynum.keystep = 1;
+        }
+    }
     let mut key_specs = [key_spec, zero_spec];
 
     // SAFETY: as above.
     let zero_arg: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
-    let mut args = Vec::with_capacity(info.args.len() + 2);
+    let mut args = Vec::with_capacity(info.args.len() + 3);
+    if layout == KeyLayout::Numkeys {
+        let mut numkeys = zero_arg;
+        numkeys.name = c"numkeys".as_ptr();
+        numkeys.type_ = INTEGER;
+        numkeys.key_spec_index = -1;
+        numkeys.summary = c"how many keys follow: 1 to 1024".as_ptr();
+        args.push(numkeys);
+    }
     let mut key_arg = zero_arg;
     key_arg.name = c"key".as_ptr();
     key_arg.type_ = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
     key_arg.key_spec_index = 0;
+    if layout == KeyLayout::Numkeys {
+        key_arg.flags = raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
+    }
     args.push(key_arg);
     for arg in info.args {
         let mut raw_arg = zero_arg;

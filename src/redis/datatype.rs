@@ -38,7 +38,7 @@ pub fn init(ctx: &redis_module::Context) {
     api!(RedisModule_SetModuleOptions(ctx.ctx, options as c_int) else ());
 }
 
-fn on_main_thread() -> bool {
+pub(super) fn on_main_thread() -> bool {
     ON_MAIN_THREAD
         .try_with(std::cell::Cell::get)
         .unwrap_or(false)

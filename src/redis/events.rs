@@ -7,7 +7,7 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::ffi::Ctx;
-use super::{grace, propagation, scheduler, tokens, waiters};
+use super::{awaiters, grace, propagation, scheduler, tokens, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
@@ -145,6 +145,7 @@ unsafe extern "C" fn on_swapdb(
         }
         ctx.select_db(previous_db);
         waiters::refuse_ids(moved.into_iter().map(|(id, ..)| id));
+        awaiters::databases_swapped(ctx, first, second);
     });
 }
 
@@ -161,6 +162,7 @@ unsafe extern "C" fn on_flush(
     let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
         return;
     };
+    flush_awaiters(info);
     if info.sync != 0 {
         // A synchronous flush frees each value on this thread, and the
         // value's free callback re-queues its waiters.
@@ -174,6 +176,12 @@ unsafe extern "C" fn on_flush(
     });
 }
 
+/// A flush (either kind) answers the awaiters of its latches 0 before it
+/// starts; see [`awaiters::flush_database`].
+fn flush_awaiters(info: &raw::RedisModuleFlushInfo) {
+    let db = info.dbnum;
+    let _ = std::panic::catch_unwind(|| awaiters::flush_database(db));
+}
 unsafe extern "C" fn on_client_change(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

@@ -4,8 +4,8 @@
 use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
-use super::{grace, scheduler, tokens, waiters};
-use crate::lock::{self, HolderEffect, Lock, Mode, Step, Want};
+use super::{grace, multiwaiters, scheduler, tokens, waiters};
+use crate::lock::{self, HolderEffect, Lock, Mode, Step, WaiterId, Want};
 
 /// What a caller changed in the lock, besides its holds (which the
 /// [`Step`] records), before settling it.
@@ -42,6 +42,12 @@ pub fn settle(
     // No hand-off while a grace window is open (and no look before it closes).
     let window = grace::window(now_ms);
     lock::grace::hand_off(lock, window, &mut step);
+    // A multi-key request heading the queue, grantable here, is granted by
+    // the scheduler on all its keys at once; nothing else is due now.
+    let multi_head = !step.ready.is_empty();
+    for id in step.ready.drain(..) {
+        multiwaiters::ready_at_a_key(id);
+    }
     for hold in &step.expired {
         let fact = Fact {
             owner: &hold.owner,
@@ -69,7 +75,8 @@ pub fn settle(
         ctx.replicate_delete(name);
         return;
     }
-    let wakeup_at = lock::grace::wakeup_at(lock, window, now_ms);
+    let wakeup_at =
+        lock::grace::wakeup_at(lock, window, now_ms).filter(|at| !(multi_head && *at <= now_ms));
     let changed = step.holds_changed || changes.queue || changes.reserved.is_some();
     if !changed && step.woken.is_empty() {
         if let Some(at) = wakeup_at {
@@ -116,7 +123,12 @@ fn replicate_holders(ctx: Ctx, name: KeyName, lock: &Lock, step: &mut Step<'_>) 
 /// A step on a lock at `now_ms` with the server's token counter and
 /// waiter registry.
 pub fn step(now_ms: u64) -> Step<'static> {
-    Step::new(now_ms, &tokens::issue, &waiters::is_waiting)
+    Step::new(now_ms, &tokens::issue, &is_waiting).with_multi_key(&multiwaiters::contains)
+}
+
+/// Whether a queued waiter, single-key or multi-key, still waits.
+fn is_waiting(id: WaiterId) -> bool {
+    waiters::is_waiting(id) || multiwaiters::is_waiting(id)
 }
 
 /// A command's step at `now_us` (the clock read once for the whole
@@ -124,7 +136,7 @@ pub fn step(now_ms: u64) -> Step<'static> {
 /// [`token_issuer`] from the same instant) gives new tokens its
 /// microseconds as their floor.
 pub fn step_at<'a>(now_us: u64, issue: &'a dyn Fn() -> u64) -> Step<'a> {
-    Step::new(now_us / 1_000, issue, &waiters::is_waiting)
+    Step::new(now_us / 1_000, issue, &is_waiting).with_multi_key(&multiwaiters::contains)
 }
 
 /// Issues tokens with `now_us` as their floor, without reading the clock.

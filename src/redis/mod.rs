@@ -3,12 +3,15 @@
 //! lives here, mostly in [`ffi`].
 
 pub mod audit;
+pub mod awaiters;
 mod command_info;
 pub mod datatype;
 pub mod events;
 mod ffi;
 pub mod grace;
 pub mod keyspace;
+pub mod latches;
+pub mod multiwaiters;
 pub mod propagation;
 pub mod registry;
 pub mod scheduler;

@@ -12,6 +12,7 @@ use redis_module::raw;
 use super::command_info;
 use super::ffi::{api, Argv, Ctx};
 use crate::commands::{acquire, fair, info, release, renew, setstate, CommandResult};
+use crate::commands::{awaits, countdown, latch, latchstate, macquire};
 
 type Handler = fn(Ctx, &Argv<'_>) -> CommandResult;
 
@@ -41,6 +42,32 @@ entry_point!(release_entry => release::run);
 entry_point!(renew_entry => renew::run);
 entry_point!(info_entry => info::run);
 entry_point!(setstate_entry => setstate::run);
+entry_point!(latch_entry => latch::run);
+entry_point!(countdown_entry => countdown::run);
+entry_point!(await_entry => awaits::run);
+entry_point!(latchstate_entry => latchstate::run);
+
+/// DLOCK.MACQUIRE also answers Redis's key-position requests
+/// (`getkeys-api`): Redis 7.0 routes Cluster commands by the legacy key
+/// range or this callback, not by key specs, so CROSSSLOT needs it.
+extern "C" fn macquire_entry(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    if api!(RedisModule_IsKeysPositionRequest(ctx) else 0) != 0 {
+        // SAFETY: Redis passes `argc` valid strings that live for the whole call.
+        let args = unsafe { Argv::from_raw(argv, argc) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for position in macquire::key_positions(&args) {
+                let position = c_int::try_from(position).unwrap_or(0);
+                api!(RedisModule_KeyAtPos(ctx, position) else ());
+            }
+        }));
+        return raw::REDISMODULE_OK as c_int;
+    }
+    dispatch(ctx, argv, argc, macquire::run)
+}
 
 /// Every DLOCK command. Writers are `write deny-oom`; INFO is `readonly fast`.
 /// All take their key at position 1, so Cluster routes them and replicas
@@ -78,6 +105,42 @@ const COMMANDS: &[CommandSpec] = &[
     },
 ];
 
+/// The count-down latch's commands. COUNTDOWN may only lower memory use and
+/// opens latches, so it is not `deny-oom`; AWAIT only reads (and blocks), so
+/// it also runs on replicas, where a replicated opening answers it.
+const LATCH_COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: c"dlock.latch",
+        flags: c"write deny-oom",
+        entry: Some(latch_entry),
+    },
+    CommandSpec {
+        name: c"dlock.countdown",
+        flags: c"write",
+        entry: Some(countdown_entry),
+    },
+    CommandSpec {
+        name: c"dlock.await",
+        flags: c"readonly",
+        entry: Some(await_entry),
+    },
+    CommandSpec {
+        name: c"dlock.latchstate",
+        flags: c"write deny-oom",
+        entry: Some(latchstate_entry),
+    },
+];
+
+/// Commands whose keys follow a `numkeys` argument. They are created with
+/// no legacy key range; their key spec (by numkeys, see [`command_info`])
+/// makes Redis find their keys, check their slots in Cluster (CROSSSLOT),
+/// and flag them `movablekeys`.
+const MULTI_KEY_COMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: c"dlock.macquire",
+    flags: c"write deny-oom getkeys-api",
+    entry: Some(macquire_entry),
+}];
+
 fn dispatch(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -99,7 +162,7 @@ fn dispatch(
 /// Registers every command; called from the module's OnLoad.
 pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CStr> {
     let ctx = ctx.ctx;
-    for command in COMMANDS {
+    for command in COMMANDS.iter().chain(LATCH_COMMANDS) {
         let status = api!(RedisModule_CreateCommand(
             ctx,
             command.name.as_ptr(),
@@ -113,8 +176,30 @@ pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CSt
             return Err(command.name);
         }
     }
-    for info in command_info::COMMAND_INFO {
+    for command in MULTI_KEY_COMMANDS {
+        let status = api!(RedisModule_CreateCommand(
+            ctx,
+            command.name.as_ptr(),
+            command.entry,
+            command.flags.as_ptr(),
+            0,
+            0,
+            0,
+        ) else raw::REDISMODULE_ERR as c_int);
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(command.name);
+        }
+    }
+    for info in command_info::COMMAND_INFO
+        .iter()
+        .chain(command_info::LATCH_COMMAND_INFO)
+    {
         if !command_info::register(ctx, info) {
+            return Err(info.name);
+        }
+    }
+    for info in command_info::MULTI_KEY_COMMAND_INFO {
+        if !command_info::register_numkeys(ctx, info) {
             return Err(info.name);
         }
     }

@@ -19,11 +19,12 @@ use redis_module::raw;
 use super::audit::Fact;
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{self, settle, Changes};
+use super::multiwaiters;
 use super::stats::{self, Event};
 use super::waiters::{self, OrphanGroup};
 use super::wakeup;
 use crate::clock;
-use crate::lock::Lock;
+use crate::lock::{Lock, Mode, WaiterId};
 
 /// A context owned by the module for the whole of its life, used to create
 /// timers from places that have none (a value's free callback).
@@ -46,9 +47,25 @@ struct Scheduler {
     sessions: HashMap<u64, Vec<Place>>,
     /// Closed connections whose SESSION holds are still to release.
     closed: Vec<u64>,
+    /// Multi-key requests found grantable at one of their keys: try to
+    /// grant them on all their keys at once.
+    multi_ready: Vec<WaiterId>,
     /// Lock values unlinked from their key with waiters or a SESSION hold
     /// depending on that place (see [`depart`]).
     departures: Vec<Departure>,
+    /// Holds granted to waiters whose reply Redis dropped: taken back.
+    revoked: Vec<Revocation>,
+}
+
+/// A hold granted to a blocked client that never received the grant (Redis
+/// 7.0 drops the reply of a client unblocked again in the same event-loop
+/// turn, by `CLIENT UNBLOCK` or a disconnect).
+struct Revocation {
+    db: i32,
+    key: Box<[u8]>,
+    owner: Box<[u8]>,
+    mode: Mode,
+    token: u64,
 }
 
 /// A lock value Redis unlinked from its key (DEL, expiry, eviction,
@@ -100,8 +117,11 @@ impl Scheduler {
 
     /// When the timer must next fire.
     fn next_due(&self, now: u64) -> Option<u64> {
-        let urgent =
-            !self.orphans.is_empty() || !self.closed.is_empty() || !self.departures.is_empty();
+        let urgent = !self.orphans.is_empty()
+            || !self.closed.is_empty()
+            || !self.departures.is_empty()
+            || !self.revoked.is_empty()
+            || !self.multi_ready.is_empty();
         let first = self.due.first().map(|(at, _, _)| *at);
         if urgent {
             Some(now)
@@ -227,6 +247,36 @@ pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
     }
 }
 
+/// A multi-key request heads a queue where it may be granted: try to grant
+/// it on all its keys soon (not now: the caller has one of them open).
+pub fn grant_multi_soon(id: WaiterId) {
+    let added = with_scheduler(|scheduler| {
+        let new = !scheduler.multi_ready.contains(&id);
+        if new {
+            scheduler.multi_ready.push(id);
+        }
+        new
+    })
+    .unwrap_or(false);
+    if added {
+        arm();
+    }
+}
+
+/// Takes back, soon, one `mode` hold of `owner` under `token` at
+/// `db`/`key`: it was granted to a client whose reply Redis dropped.
+pub fn revoke_grant(db: i32, key: Box<[u8]>, owner: Box<[u8]>, mode: Mode, token: u64) {
+    let revocation = Revocation {
+        db,
+        key,
+        owner,
+        mode,
+        token,
+    };
+    with_scheduler(|scheduler| scheduler.revoked.push(revocation));
+    arm();
+}
+
 /// Remembers that connection `client` holds a SESSION lock at `db`/`key`.
 pub fn track_session(client: u64, db: i32, key: &[u8]) {
     with_scheduler(|scheduler| {
@@ -274,6 +324,7 @@ pub fn forget_keyspace() {
         scheduler.sessions.clear();
         scheduler.closed.clear();
         scheduler.departures.clear();
+        scheduler.revoked.clear();
     });
 }
 
@@ -378,6 +429,8 @@ fn run_due(ctx: Ctx) {
             scheduler.pending.clear();
             scheduler.orphans.clear();
             scheduler.closed.clear();
+            scheduler.multi_ready.clear();
+            scheduler.revoked.clear();
             std::mem::take(&mut scheduler.departures)
         })
         .unwrap_or_default();
@@ -400,6 +453,12 @@ fn run_due(ctx: Ctx) {
 }
 
 fn run_round(ctx: Ctx, now: u64) {
+    let ready =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.multi_ready)).unwrap_or_default();
+    for id in ready {
+        multiwaiters::try_grant(ctx, id, now);
+    }
+
     // Unlinked values not freed since: they were moved (RENAME, MOVE).
     let moved =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.departures)).unwrap_or_default();
@@ -413,6 +472,12 @@ fn run_round(ctx: Ctx, now: u64) {
                 move_session_place(client, (departure.db, &departure.key), (db, &key));
             }
         }
+    }
+
+    let revoked =
+        with_scheduler(|scheduler| std::mem::take(&mut scheduler.revoked)).unwrap_or_default();
+    for revocation in revoked {
+        revoke(ctx, &revocation, now);
     }
 
     let closed =
@@ -446,6 +511,27 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
         let step = keyspace::step(now);
         settle(ctx, name.name(), &mut lock_key, step, Changes::default());
     }
+}
+
+/// Takes back a hold whose grant never reached its client.
+fn revoke(ctx: Ctx, revocation: &Revocation, now: u64) {
+    let Some((mut lock_key, name)) = ctx.open_lock_in(revocation.db, &revocation.key) else {
+        return;
+    };
+    let mut step = keyspace::step(now);
+    let Some(lock) = lock_key.lock_mut() else {
+        return;
+    };
+    let revoked = lock.revoke(
+        &revocation.owner,
+        revocation.mode,
+        revocation.token,
+        &mut step,
+    );
+    if revoked {
+        stats::record(ctx, Event::Release, name.name());
+    }
+    settle(ctx, name.name(), &mut lock_key, step, Changes::default());
 }
 
 fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {

@@ -39,6 +39,18 @@ pub enum Event {
     HandoffShared,
     /// An upgrade refused with DEADLOCK (counted, not published).
     Deadlock,
+    /// A latch created (`dlock.latch`).
+    LatchCreate,
+    /// A latch counted down without opening (`dlock.countdown`).
+    Countdown,
+    /// A latch counted down to 0: opened and deleted (`dlock.open`).
+    LatchOpen,
+    /// A blocked `DLOCK.AWAIT` whose timeout passed (`dlock.timeout`).
+    AwaitTimeout,
+    /// A DLOCK.MACQUIRE granted at once (counted; each key publishes its grant).
+    MultiAcquire,
+    /// A blocked DLOCK.MACQUIRE granted (counted; each key publishes its grant).
+    MultiHandoff,
 }
 
 impl Event {
@@ -59,6 +71,12 @@ impl Event {
             Event::ReleaseShared => (&RELEASES, None),
             Event::HandoffShared => (&SHARED_GRANTS, Some(&HANDOFFS)),
             Event::Deadlock => (&DEADLOCKS, None),
+            Event::LatchCreate => (&LATCHES_CREATED, None),
+            Event::Countdown => (&COUNTDOWNS, None),
+            Event::LatchOpen => (&LATCHES_OPENED, None),
+            Event::AwaitTimeout => (&AWAIT_TIMEOUTS, None),
+            Event::MultiAcquire => (&MULTI_ACQUIRES, None),
+            Event::MultiHandoff => (&MULTI_HANDOFFS, None),
         }
     }
 
@@ -71,12 +89,17 @@ impl Event {
             Event::Reserve => c"dlock.reserve",
             Event::Handoff => c"dlock.handoff",
             Event::Expire => c"dlock.expire",
-            Event::Timeout => c"dlock.timeout",
+            Event::Timeout | Event::AwaitTimeout => c"dlock.timeout",
             Event::AcquireShared => c"dlock.acquire.shared",
             Event::ReenterShared => c"dlock.reenter.shared",
             Event::ReleaseShared => c"dlock.release.shared",
             Event::HandoffShared => c"dlock.handoff.shared",
             Event::Deadlock => c"dlock.deadlock",
+            Event::LatchCreate => c"dlock.latch",
+            Event::Countdown => c"dlock.countdown",
+            Event::LatchOpen => c"dlock.open",
+            Event::MultiAcquire => c"dlock.macquire",
+            Event::MultiHandoff => c"dlock.macquire.handoff",
         }
     }
 }
@@ -91,6 +114,12 @@ static LEASE_EXPIRIES: AtomicU64 = AtomicU64::new(0);
 static BLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 static SHARED_GRANTS: AtomicU64 = AtomicU64::new(0);
 static DEADLOCKS: AtomicU64 = AtomicU64::new(0);
+static LATCHES_CREATED: AtomicU64 = AtomicU64::new(0);
+static COUNTDOWNS: AtomicU64 = AtomicU64::new(0);
+static LATCHES_OPENED: AtomicU64 = AtomicU64::new(0);
+static AWAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+static MULTI_ACQUIRES: AtomicU64 = AtomicU64::new(0);
+static MULTI_HANDOFFS: AtomicU64 = AtomicU64::new(0);
 
 /// Counts `event` and publishes it as a keyspace event on `name`. Nothing
 /// is published (nor is Redis called) while `notify-keyspace-events` leaves
@@ -154,6 +183,28 @@ pub fn fields() -> [(&'static str, u64); 16] {
     ]
 }
 
+/// The latch fields of `INFO dlock`, after the lock fields.
+pub fn latch_fields() -> [(&'static str, u64); 5] {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    [
+        ("latches_created", read(&LATCHES_CREATED)),
+        ("countdowns", read(&COUNTDOWNS)),
+        ("latches_opened", read(&LATCHES_OPENED)),
+        ("await_timeouts", read(&AWAIT_TIMEOUTS)),
+        ("latch_awaiters", super::awaiters::blocked_count() as u64),
+    ]
+}
+
+/// The multi-key acquire fields of `INFO dlock`, after the latch fields.
+pub fn multi_fields() -> [(&'static str, u64); 3] {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    [
+        ("multi_acquires", read(&MULTI_ACQUIRES)),
+        ("multi_handoffs", read(&MULTI_HANDOFFS)),
+        ("multi_blocked", super::multiwaiters::blocked_count() as u64),
+    ]
+}
+
 /// Registers the `INFO dlock` section; called from the module's init.
 pub fn register_info(ctx: &redis_module::Context) -> bool {
     api!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_section)) else raw::REDISMODULE_ERR as i32)
@@ -166,7 +217,11 @@ unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_
         // Redis prefixes each field with `dlock_`.
         api!(RedisModule_InfoAddSection(ctx, c"".as_ptr()) else 0);
         api!(RedisModule_InfoAddFieldCString(ctx, c"version".as_ptr(), crate::version::VERSION_C.as_ptr()) else 0);
-        for (name, value) in fields() {
+        for (name, value) in fields()
+            .into_iter()
+            .chain(latch_fields())
+            .chain(multi_fields())
+        {
             let mut field = [0u8; 32];
             let len = name.len().min(field.len() - 1);
             field[..len].copy_from_slice(&name.as_bytes()[..len]);

@@ -16,7 +16,7 @@
 //!
 //! All of this runs on Redis's main thread; the registry is a thread-local.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_longlong, c_void};
 
@@ -26,7 +26,7 @@ use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::scheduler;
 use super::stats::{self, Event};
 use crate::commands::CommandError;
-use crate::lock::{Lock, Request, Waiter, WaiterGrant, WaiterId};
+use crate::lock::{Lock, Mode, Request, Waiter, WaiterGrant, WaiterId};
 
 /// Where a blocked client waits, and what it asked for.
 struct Record {
@@ -47,7 +47,7 @@ struct Record {
 /// Redis 7.0 runs due timeouts before replying to clients unblocked in the
 /// same event-loop turn, and drops that reply (the grant would be lost while
 /// the lock stays in the waiter's name). It gets null at its timeout instead.
-const TIMEOUT_MARGIN_MS: u64 = 10;
+pub(super) const TIMEOUT_MARGIN_MS: u64 = 10;
 
 #[derive(Default)]
 struct Registry {
@@ -75,6 +75,13 @@ enum Outcome {
         token: u64,
         holds: u64,
         owner: Box<[u8]>,
+        mode: Mode,
+        /// Where the grant was made: (db, key).
+        place: Option<(i32, Box<[u8]>)>,
+        /// Whether the reply was sent. Redis 7.0 drops the reply of a client
+        /// unblocked twice in one event-loop turn (a grant, then `CLIENT
+        /// UNBLOCK` or a disconnect): such a grant is taken back.
+        delivered: Cell<bool>,
     },
     /// The lock went away under it (its key now holds another type).
     Refused,
@@ -108,6 +115,15 @@ pub fn blocked_count() -> usize {
     with_registry(|registry| registry.records.len()).unwrap_or(0)
 }
 
+/// A new waiter id, never used before by a single-key or a multi-key
+/// waiter (they share the queues, so they share one id space).
+pub(super) fn new_id() -> Option<WaiterId> {
+    with_registry(|registry| {
+        registry.next_id += 1;
+        registry.next_id
+    })
+}
+
 /// Queues `request` in `key`'s lock and blocks the calling client for up to
 /// `timeout_ms` (0: no timeout).
 pub fn block(
@@ -118,11 +134,7 @@ pub fn block(
     timeout_ms: u64,
     now_ms: u64,
 ) -> Result<(), CommandError> {
-    let id = with_registry(|registry| {
-        registry.next_id += 1;
-        registry.next_id
-    })
-    .ok_or(CommandError::BlockFailed)?;
+    let id = new_id().ok_or(CommandError::BlockFailed)?;
     let lock = key.lock_mut().ok_or(CommandError::BlockFailed)?;
     let waiter = Waiter {
         id,
@@ -169,19 +181,30 @@ pub fn wake(grant: WaiterGrant) {
         token: grant.grant.token,
         holds: grant.grant.holds,
         owner: grant.owner,
+        mode: grant.grant.mode,
+        place: None,
+        delivered: Cell::new(false),
     };
     unblock(grant.waiter, outcome);
 }
 
-fn unblock(id: WaiterId, outcome: Outcome) {
+fn unblock(id: WaiterId, mut outcome: Outcome) {
     let Some(record) = with_registry(|registry| {
         let record = registry.records.remove(&id)?;
         registry.by_handle.remove(&(record.handle as usize));
         Some(record)
     })
     .flatten() else {
+        // Not a single-key waiter: a multi-key request taken out of a queue
+        // (its lock moved or went away) is answered null.
+        if matches!(outcome, Outcome::Refused) {
+            super::multiwaiters::refuse(id);
+        }
         return;
     };
+    if let Outcome::Granted { place, .. } = &mut outcome {
+        *place = Some((record.db, record.key.clone()));
+    }
     let reply = Box::into_raw(Box::new(outcome)).cast::<c_void>();
     let status =
         api!(RedisModule_UnblockClient(record.handle, reply) else raw::REDISMODULE_ERR as c_int);
@@ -206,11 +229,16 @@ pub struct OrphanGroup {
 /// Where each waiter of a dying lock value waited: groups by key, in queue order.
 pub fn locate(waiters: Vec<QueuedWaiter>, lease_expired: bool) -> Vec<OrphanGroup> {
     let places = waiters.into_iter().filter_map(|(owner, waiter)| {
-        let (db, key) = with_registry(|registry| {
+        let place = with_registry(|registry| {
             let record = registry.records.get(&waiter.id)?;
             Some((record.db, record.key.clone()))
         })
-        .flatten()?;
+        .flatten();
+        let Some((db, key)) = place else {
+            // A multi-key request finds its lost place again itself.
+            super::multiwaiters::orphaned(waiter.id, lease_expired);
+            return None;
+        };
         Some((db, key, (owner, waiter)))
     });
     group_by_key(places, lease_expired)
@@ -307,6 +335,7 @@ pub fn orphan_database(db: i32) -> Vec<OrphanGroup> {
 /// (Redis disconnects blocked clients on demotion, Valkey in cluster mode
 /// does not; the master's state replaces this server's anyway).
 pub fn refuse_all() {
+    super::multiwaiters::refuse_all();
     let ids: Vec<WaiterId> =
         with_registry(|registry| registry.records.keys().copied().collect()).unwrap_or_default();
     for id in ids {
@@ -354,7 +383,10 @@ fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
             token,
             holds,
             owner,
+            delivered,
+            ..
         } => {
+            delivered.set(true);
             ctx.reply_array(3);
             ctx.reply_count(*token);
             ctx.reply_count(*holds);
@@ -427,8 +459,25 @@ extern "C" fn disconnect_callback(
 }
 
 extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
-        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+    if data.is_null() {
+        return;
     }
+    // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
+    let outcome = unsafe { Box::from_raw(data.cast::<Outcome>()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Outcome::Granted {
+            token,
+            owner,
+            mode,
+            place: Some((db, key)),
+            delivered,
+            ..
+        } = *outcome
+        {
+            if !delivered.get() {
+                // Redis dropped the reply: nobody knows of this hold.
+                scheduler::revoke_grant(db, key, owner, mode, token);
+            }
+        }
+    }));
 }
