@@ -48,7 +48,7 @@ use crate::redis::audit::Fact;
 use crate::redis::grace;
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
-use crate::redis::{scheduler, waiters, Argv, Ctx, KeyName};
+use crate::redis::{scheduler, tokens, waiters, Argv, Ctx, KeyName};
 
 /// Length of a generated owner: a hyphenated UUID.
 pub(super) const GENERATED_OWNER_LEN: usize = 36;
@@ -142,6 +142,21 @@ impl<'a> Acquire<'a> {
             Some(lock) => lock,
             None => key.insert(Lock::new())?,
         };
+        // A new key (nothing held, nothing queued) outside a grace window:
+        // the first hold, by the straight route.
+        if !window.is_open() {
+            if let Some(grant) = lock.acquire_first(request, now_ms, || tokens::issue_at(now_us)) {
+                let fact = Fact {
+                    owner,
+                    token: grant.token,
+                    holds: grant.holds,
+                };
+                stats::record_fact(ctx, grant_event(grant), name, fact);
+                keyspace::settle_first_hold(ctx, name, &mut key, request.session);
+                reply_grant(ctx, grant, owner);
+                return Ok(());
+            }
+        }
         let issue = keyspace::token_issuer(now_us);
         let mut step = keyspace::step_at(now_us, &issue);
         if let Some(grant) = lock::grace::acquire(lock, window, request, &mut step) {

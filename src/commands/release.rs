@@ -51,6 +51,23 @@ impl<'a> Release<'a> {
         // The clock, read once: leases and the token floor of hand-offs.
         let now_us = clock::now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
+        let event = match self.mode {
+            Mode::Exclusive => Event::Release,
+            Mode::Shared => Event::ReleaseShared,
+        };
+        // The owner's live hold was the lock's only one and nothing is
+        // queued: the key goes, by the straight route.
+        if let Some(token) = lock.release_last(self.owner, self.mode, now_us / 1_000) {
+            let fact = Fact {
+                owner: self.owner,
+                token,
+                holds: 0,
+            };
+            stats::record_fact(ctx, event, name, fact);
+            keyspace::settle_vacated(ctx, name, &mut key);
+            ctx.reply_count(0);
+            return Ok(());
+        }
         let issue = keyspace::token_issuer(now_us);
         let mut step = keyspace::step_at(now_us, &issue);
         // The token, for the audit channel, before a release to zero ends the hold.
@@ -59,10 +76,6 @@ impl<'a> Release<'a> {
             .flatten();
         let released = lock.release(self.owner, self.mode, &mut step);
         if let Ok(_remaining) = released {
-            let event = match self.mode {
-                Mode::Exclusive => Event::Release,
-                Mode::Shared => Event::ReleaseShared,
-            };
             let fact = Fact {
                 owner: self.owner,
                 token: token.unwrap_or(0),

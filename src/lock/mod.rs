@@ -436,6 +436,46 @@ impl Lock {
         Some(grant)
     }
 
+    /// [`Lock::acquire`] on a lock nobody holds or waits for (a new key),
+    /// without the work that cannot apply there (no lease to end, no
+    /// reservation to drop or absorb, no queue to respect): the request is
+    /// granted its first hold under the token `next_token` issues. `None`,
+    /// with nothing changed and no token issued, when the lock has a holder
+    /// or a queue entry (expired or not): use [`Lock::acquire`].
+    ///
+    /// The lock and the grant are exactly what [`Lock::acquire`] gives; the
+    /// step it would have recorded is "the whole holder set changed" (one
+    /// holder now, replicated as `HOLD`) and nothing else.
+    pub fn acquire_first(
+        &mut self,
+        request: Request<'_>,
+        now_ms: u64,
+        next_token: impl FnOnce() -> u64,
+    ) -> Option<Grant> {
+        if !self.holders.is_empty() || !self.queue.is_empty() {
+            return None;
+        }
+        let token = next_token();
+        let (exclusive, shared) = match request.want.mode {
+            Mode::Exclusive => (1, 0),
+            Mode::Shared => (0, 1),
+        };
+        self.holders.insert(Hold {
+            owner: request.owner.into(),
+            exclusive,
+            shared,
+            token,
+            deadline_ms: now_ms.saturating_add(request.ttl_ms),
+            session: request.session.and_then(std::num::NonZeroU64::new),
+        });
+        Some(Grant {
+            token,
+            holds: 1,
+            reentry: false,
+            mode: request.want.mode,
+        })
+    }
+
     /// Whether [`Lock::acquire`] would grant `request` now (holders whose
     /// lease ended and expired reservations are dropped first, as it does).
     pub fn would_acquire(&mut self, request: Request<'_>, step: &mut Step<'_>) -> bool {
@@ -601,6 +641,31 @@ impl Lock {
             .ok_or(NotOwner)?;
         self.touch(owner, step);
         Ok(remaining)
+    }
+
+    /// [`Lock::release`] of the lock's last hold, without the work the
+    /// general path does for cases it cannot be in: when `owner` is the only
+    /// holder, its lease covers `now_ms`, it holds exactly one hold, of
+    /// `mode`, and nothing is queued (no waiter, no reservation, expired or
+    /// not), that hold ends and the lock is vacant; the ended hold's token is
+    /// returned. Otherwise `None` and nothing changes: use [`Lock::release`].
+    ///
+    /// The lock is then exactly what [`Lock::release`] followed by
+    /// [`Lock::hand_off`] leaves (nothing held, nothing queued): the key is
+    /// deleted.
+    pub fn release_last(&mut self, owner: &[u8], mode: Mode, now_ms: u64) -> Option<u64> {
+        let hold = self.holders.single()?;
+        let last = *hold.owner == *owner
+            && hold.is_live(now_ms)
+            && hold.count(mode) == 1
+            && hold.total() == 1
+            && self.queue.is_empty();
+        if !last {
+            return None;
+        }
+        let token = hold.token;
+        self.holders = Holders::default();
+        Some(token)
     }
 
     /// Takes back one hold of `mode` granted to `owner` under `token` whose
@@ -874,6 +939,8 @@ impl Lock {
     }
 }
 
+#[cfg(test)]
+mod fast_path_tests;
 #[cfg(test)]
 mod queue_time_tests;
 #[cfg(test)]

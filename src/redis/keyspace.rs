@@ -110,6 +110,31 @@ pub fn settle(
     }
 }
 
+/// What [`settle`] does after [`Lock::acquire_first`] gave a lock its first
+/// hold (one holder, nothing queued, nothing else changed), without looking
+/// for what cannot be there (no hand-off, vacancy, timer or waiter to wake):
+/// the holder is replicated (`HOLD`), the key expires with the lease, and a
+/// SESSION hold is indexed by its connection.
+pub fn settle_first_hold(ctx: Ctx, name: KeyName, key: &mut LockKey, session: Option<u64>) {
+    let Some(hold) = key.lock().and_then(|lock| lock.holders().single()) else {
+        return;
+    };
+    let deadline_ms = hold.deadline_ms;
+    ctx.replicate_hold(name, hold, true);
+    key.set_deadline(deadline_ms);
+    if let Some(client) = session {
+        scheduler::track_session(client, ctx.selected_db(), name.bytes());
+    }
+}
+
+/// What [`settle`] does after [`Lock::release_last`] ended a lock's last
+/// hold (nothing held, nothing queued): the key is deleted and `DEL`
+/// replicated.
+pub fn settle_vacated(ctx: Ctx, name: KeyName, key: &mut LockKey) {
+    key.delete();
+    ctx.replicate_delete(name);
+}
+
 /// Propagates the holders a step changed (see [`Lock::holder_effects`]).
 fn replicate_holders(ctx: Ctx, name: KeyName, lock: &Lock, step: &mut Step<'_>) {
     lock.holder_effects(step, |effect| match effect {
