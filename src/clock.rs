@@ -2,19 +2,19 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-fn since_epoch() -> std::time::Duration {
-    // A clock before 1970 is a broken host; treat it as the epoch rather than panic.
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-}
-
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
-    since_epoch().as_millis() as u64
+    now_us() / 1_000
 }
 
 /// Microseconds since the Unix epoch: the floor of every new fencing token.
+/// Read once per command (see docs/design.md, "Hot path").
 pub fn now_us() -> u64 {
-    since_epoch().as_micros() as u64
+    crate::redis::realtime::now_us().unwrap_or_else(|| {
+        // A clock before 1970 is a broken host; treat it as the epoch rather
+        // than panic (the clock could not be read directly: ask std).
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_micros() as u64)
+    })
 }

@@ -320,6 +320,14 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
     let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    if lock.holders().is_empty()
+        && lock.queue().waiter_count() == 0
+        && !scheduler::may_have_departures()
+    {
+        // The common end of a lock (released, then deleted), on any thread:
+        // nothing to do.
+        return;
+    }
     if !on_main_thread() {
         // An asynchronous flush (FLUSHALL ASYNC, a replica discarding a data
         // set after a diskless load) frees on a background thread, where the
@@ -330,7 +338,6 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // Waiters taken out when Redis unlinked the value (see `unlink`).
     let mut departed = scheduler::take_departed_waiters(value as usize);
     if lock.holders().is_empty() && lock.queue().waiter_count() == 0 && departed.is_empty() {
-        // The common end of a lock (released, then deleted): nothing to do.
         return;
     }
     let now = crate::clock::now_ms();
@@ -383,14 +390,19 @@ fn publish_ended_leases(ctx: *mut raw::RedisModuleKeyOptCtx, lock: &Lock) {
 /// the module for every DEL and EXPIRE of any key.
 unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guarded((), || {
-        if !on_main_thread() {
-            return;
-        }
         // SAFETY: Redis passes a value of this type, still alive; it is ours
         // to change (Redis only moves or frees it).
         let Some(lock) = (unsafe { value.cast_mut().cast::<Lock>().as_mut() }) else {
             return;
         };
+        // The common end of a lock (its last hold released, then the key
+        // deleted): nothing to publish, nobody depends on the place.
+        if lock.holders().is_empty() && lock.queue().waiter_count() == 0 && !audit::is_on() {
+            return;
+        }
+        if !on_main_thread() {
+            return;
+        }
         if audit::is_on() {
             publish_ended_leases(ctx, lock);
         }

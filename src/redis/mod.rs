@@ -13,6 +13,7 @@ pub mod keyspace;
 pub mod latches;
 pub mod multiwaiters;
 pub mod propagation;
+pub mod realtime;
 pub mod registry;
 pub mod scheduler;
 pub mod stats;

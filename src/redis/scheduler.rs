@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use redis_module::raw;
 
@@ -139,6 +139,15 @@ thread_local! {
     static SCHEDULER: RefCell<Scheduler> = RefCell::new(Scheduler::default());
 }
 
+/// False when the scheduler certainly has no orphans (set when some are
+/// added, cleared when they are looked for and none is there): every
+/// ACQUIRE and FAIR looks for orphans at its key, and the uncontended path
+/// should not pay a thread-local borrow for a list that is almost always
+/// empty.
+static MAY_HAVE_ORPHANS: AtomicBool = AtomicBool::new(false);
+/// The same for departures, which every freed lock value looks for.
+static MAY_HAVE_DEPARTURES: AtomicBool = AtomicBool::new(false);
+
 /// Runs `f` on the scheduler; never call Redis inside `f`.
 fn with_scheduler<T>(f: impl FnOnce(&mut Scheduler) -> T) -> Option<T> {
     SCHEDULER
@@ -167,6 +176,7 @@ pub fn adopt_orphans(groups: Vec<OrphanGroup>) {
         return;
     }
     with_scheduler(|scheduler| scheduler.orphans.extend(groups));
+    MAY_HAVE_ORPHANS.store(true, Ordering::Relaxed);
     arm();
 }
 
@@ -189,14 +199,25 @@ pub fn depart(
             sessions,
         })
     });
+    MAY_HAVE_DEPARTURES.store(true, Ordering::Relaxed);
     arm();
+}
+
+/// False when no unlinked value has departed waiters or SESSION places
+/// (its free then has nothing to look for).
+pub fn may_have_departures() -> bool {
+    MAY_HAVE_DEPARTURES.load(Ordering::Relaxed)
 }
 
 /// The value at `value` is being freed: the waiters taken out of it when
 /// it was unlinked, if any (they are its orphans).
 pub fn take_departed_waiters(value: usize) -> Vec<waiters::QueuedWaiter> {
+    if !MAY_HAVE_DEPARTURES.load(Ordering::Relaxed) {
+        return Vec::new();
+    }
     with_scheduler(|scheduler| {
         if scheduler.departures.is_empty() {
+            MAY_HAVE_DEPARTURES.store(false, Ordering::Relaxed);
             return Vec::new();
         }
         let mut taken = Vec::new();
@@ -216,8 +237,16 @@ pub fn take_departed_waiters(value: usize) -> Vec<waiters::QueuedWaiter> {
 /// value under them was just deleted, e.g. by Redis expiring the key as this
 /// command opened it), so that nobody takes the lock ahead of them.
 pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
-    if with_scheduler(|scheduler| scheduler.orphans.is_empty()).unwrap_or(true) {
+    if !MAY_HAVE_ORPHANS.load(Ordering::Relaxed) {
         return;
+    }
+    match with_scheduler(|scheduler| scheduler.orphans.is_empty()) {
+        Some(false) => {}
+        Some(true) => {
+            MAY_HAVE_ORPHANS.store(false, Ordering::Relaxed);
+            return;
+        }
+        None => return,
     }
     let db = ctx.selected_db();
     let in_cluster = ctx.in_cluster();

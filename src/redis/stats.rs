@@ -151,12 +151,20 @@ pub fn record_fact(ctx: Ctx, event: Event, name: KeyName, fact: super::audit::Fa
 }
 
 /// Counts `event` where no key event can be published.
+///
+/// Only Redis's main thread counts (commands, timers, callbacks; `free` on
+/// a background thread counts nothing), so a load and a store suffice: a
+/// locked read-modify-write would cost every command for no reader's sake.
 pub fn count(event: Event) {
     let (counter, also) = event.counters();
-    counter.fetch_add(1, Ordering::Relaxed);
+    increment(counter);
     if let Some(also) = also {
-        also.fetch_add(1, Ordering::Relaxed);
+        increment(also);
     }
+}
+
+fn increment(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 /// The `INFO dlock` fields.

@@ -1,0 +1,22 @@
+//! The wall clock, read with one `clock_gettime(CLOCK_REALTIME)` (a vDSO
+//! call, no system call). [`crate::clock`] is the crate's clock; this is
+//! only its unsafe part. `std::time::SystemTime` reads the same clock, but
+//! its conversion to a `Duration` since the epoch (checked subtraction,
+//! normalisation) cost each command more than the read itself.
+
+/// Microseconds since the Unix epoch; `None` when the clock cannot be read
+/// or is before the epoch.
+pub fn now_us() -> Option<u64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec for the call's duration.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+    if status != 0 {
+        return None;
+    }
+    let seconds = u64::try_from(now.tv_sec).ok()?;
+    let micros = u64::try_from(now.tv_nsec).ok()? / 1_000;
+    Some(seconds.saturating_mul(1_000_000).saturating_add(micros))
+}
