@@ -135,6 +135,18 @@ pub fn parse_i64(text: &[u8]) -> Option<i64> {
         [b'0', ..] => return None,
         _ => {}
     }
+    if digits.len() <= 18 {
+        // At most 18 digits cannot overflow: no checked arithmetic (a ttl
+        // is parsed on every acquire).
+        let mut value: i64 = 0;
+        for &digit in digits {
+            if !digit.is_ascii_digit() {
+                return None;
+            }
+            value = value * 10 + i64::from(digit - b'0');
+        }
+        return Some(if negative { -value } else { value });
+    }
     let mut value: i64 = 0;
     for &digit in digits {
         if !digit.is_ascii_digit() {
@@ -182,6 +194,29 @@ mod tests {
             b"-9223372036854775809",
         ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// Redis's rule, spelled out independently: std's parser, minus a `+`,
+    /// leading zeros and `-0`.
+    fn redis_i64(text: &[u8]) -> Option<i64> {
+        let text = std::str::from_utf8(text).ok()?;
+        let digits = text.strip_prefix('-').unwrap_or(text);
+        if text.starts_with('+') || text == "-0" || (digits.len() > 1 && digits.starts_with('0')) {
+            return None;
+        }
+        text.parse().ok()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn integers_parse_as_redis_parses_them(
+            number in proptest::prelude::any::<i64>(),
+            text in "[-+0-9]{0,22}",
+        ) {
+            let written = number.to_string();
+            proptest::prop_assert_eq!(parse_i64(written.as_bytes()), Some(number));
+            proptest::prop_assert_eq!(parse_i64(text.as_bytes()), redis_i64(text.as_bytes()), "{:?}", text);
         }
     }
 
