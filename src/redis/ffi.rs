@@ -524,7 +524,7 @@ impl LockKey {
         if self.raw.is_null() {
             return Err(CommandError::StoreFailed);
         }
-        let value = Box::into_raw(Box::new(lock));
+        let value = Box::into_raw(super::datatype::boxed_lock(lock));
         let status = api!(RedisModule_ModuleTypeSetValue(self.raw, lock_type(), value.cast::<c_void>()) else raw::REDISMODULE_ERR as c_int);
         if status != raw::REDISMODULE_OK as c_int {
             // SAFETY: Redis did not take the value; we still own the box.
