@@ -1409,3 +1409,33 @@ fn a_grant_whose_reply_redis_dropped_is_taken_back() {
         Value::Int(0)
     );
 }
+
+/// A grant made in the event-loop turn in which the waiter's BLOCK timeout
+/// has already passed (here the server sleeps through the timeout, then runs
+/// the RELEASE pipelined behind the sleep) still reaches the waiter. Redis
+/// 7.0 runs its own blocked-client timeouts before it replies to clients
+/// unblocked in that turn and then sends nothing at all, which left such a
+/// waiter unanswered for ever while it held the lock: the module keeps BLOCK
+/// timeouts itself.
+#[test]
+fn a_grant_made_after_the_timeout_passed_unseen_is_delivered() {
+    let server = Server::with_args(&["--enable-debug-command", "yes"]);
+    let mut conn = server.connect();
+    acquire(&mut conn, "late", "holder", 60_000).unwrap();
+    let waiter = block_acquire(&server, "late", "waiter", 60_000, 200);
+    wait_for_waiting(&mut conn, "late", 1);
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.4")
+        .cmd("DLOCK.RELEASE")
+        .arg("late")
+        .arg("holder");
+    let _: Value = pipe.query(&mut conn).expect("DEBUG SLEEP + RELEASE");
+    wait_until("the waiter to be answered", || waiter.is_finished());
+    let ((_, holds, owner), _) = waiter.granted();
+    assert_eq!((holds, owner.as_slice()), (1, &b"waiter"[..]));
+    assert_eq!(info_owner(&mut conn, "late"), Some(b"waiter".to_vec()));
+    assert_eq!(release(&mut conn, "late", "waiter"), 0);
+    assert!(!exists(&mut conn, "late"));
+}

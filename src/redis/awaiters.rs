@@ -2,25 +2,28 @@
 //! callbacks that answer them, time them out and notice when they leave.
 //!
 //! Life of an awaiter: [`block`] adds its id to the latch value and blocks
-//! its client with Redis's own timeout; then exactly one of these happens,
-//! and each calls `RedisModule_UnblockClient` exactly once:
+//! its client (its timeout kept by the module, see [`super::timeouts`]);
+//! then exactly one of these happens, and each calls
+//! `RedisModule_UnblockClient` exactly once:
 //! * the latch value is freed ([`answer`], from the type's free callback):
 //!   1 if it opened, 0 if it went away closed (ttl, DEL, FLUSH, eviction);
 //!   also 0 when a flush, RENAME, MOVE or SWAPDB takes it away;
-//! * its timeout passes: the timeout callback takes it out of the latch and
-//!   replies null;
+//! * its timeout passes: the scheduler takes it out of the latch
+//!   ([`time_out`]) and it is answered null;
 //! * its connection closes (or CLIENT KILL): the disconnect callback takes it
-//!   out of the latch.
+//!   out of the latch;
+//! * `CLIENT UNBLOCK`: Redis's timeout callback takes it out of the latch
+//!   and replies null.
 //!
-//! Redis 7.0 runs due timeouts before replying to clients unblocked in the
-//! same event-loop turn: the timeout callback then sends the answer already
-//! handed to the client instead of null.
+//! Redis 7.0 runs `CLIENT UNBLOCK` before replying to clients unblocked
+//! earlier in the same event-loop turn: the timeout callback then sends the
+//! answer already handed to the client instead of null.
 //!
 //! All of this runs on Redis's main thread; the registry is a thread-local.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::os::raw::{c_int, c_longlong, c_void};
+use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
@@ -28,6 +31,7 @@ use super::ffi::{api, Ctx, KeyName};
 use super::latches::{open_latch, LatchKey};
 use super::scheduler;
 use super::stats::{self, Event};
+use super::timeouts::Blocked;
 use crate::commands::CommandError;
 use crate::lock::WaiterId;
 
@@ -38,6 +42,8 @@ pub enum Answer {
     Opened,
     /// The latch disappeared without opening: 0.
     Gone,
+    /// The AWAIT timeout passed: null.
+    TimedOut,
 }
 
 /// Where a blocked awaiter waits.
@@ -86,13 +92,13 @@ pub fn block(
     })
     .ok_or(CommandError::BlockFailed)?;
     let latch = key.latch_mut().ok_or(CommandError::BlockFailed)?;
-    let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
+    // No Redis timeout: the module keeps it (see `super::timeouts`).
     let handle = api!(RedisModule_BlockClient(
         ctx.raw(),
         Some(reply_callback),
         Some(timeout_callback),
         Some(free_answer),
-        timeout
+        0
     ) else std::ptr::null_mut());
     if handle.is_null() {
         return Err(CommandError::BlockFailed);
@@ -110,6 +116,10 @@ pub fn block(
         registry.by_handle.insert(handle as usize, id);
         registry.records.insert(id, record);
     });
+    if timeout_ms > 0 {
+        let now_ms = crate::clock::now_ms();
+        scheduler::time_out_at(now_ms.saturating_add(timeout_ms), Blocked::Awaiter(id));
+    }
     // Redis removes an expired key when it next samples or touches it; the
     // scheduler touches it just after its deadline, so that the awaiters
     // hear of the expiry at once.
@@ -133,6 +143,10 @@ fn unblock(id: WaiterId, answer: Answer) {
     .flatten() else {
         return;
     };
+    unblock_handle(handle, answer);
+}
+
+fn unblock_handle(handle: *mut raw::RedisModuleBlockedClient, answer: Answer) {
     let reply = Box::into_raw(Box::new(answer)).cast::<c_void>();
     let status = api!(RedisModule_UnblockClient(handle, reply) else raw::REDISMODULE_ERR as c_int);
     if status != raw::REDISMODULE_OK as c_int {
@@ -196,25 +210,46 @@ fn remove_from_latch(ctx: Ctx, db: i32, key: &[u8], id: WaiterId) {
     }
 }
 
-/// An awaiter left (timeout, disconnect): takes it out of its latch and
-/// releases Redis's handle. `None` if it was no longer waiting.
+/// An awaiter left (disconnect, `CLIENT UNBLOCK`): takes it out of its
+/// latch and releases Redis's handle. `None` if it was no longer waiting.
 fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u8]>> {
-    let (id, record) = with_registry(|registry| {
-        let id = registry.by_handle.remove(&(handle as usize))?;
-        registry.records.remove(&id).map(|record| (id, record))
+    let id =
+        with_registry(|registry| registry.by_handle.get(&(handle as usize)).copied()).flatten()?;
+    let record = leave(ctx, id)?;
+    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
+    Some(record.key)
+}
+
+/// Takes awaiter `id` out of the registry and out of its latch. Its client
+/// is still blocked.
+fn leave(ctx: Ctx, id: WaiterId) -> Option<Record> {
+    let record = with_registry(|registry| {
+        let record = registry.records.remove(&id)?;
+        registry.by_handle.remove(&(record.handle as usize));
+        Some(record)
     })
     .flatten()?;
     let previous_db = ctx.selected_db();
     remove_from_latch(ctx, record.db, &record.key, id);
     ctx.select_db(previous_db);
-    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    Some(record.key)
+    Some(record)
+}
+
+/// Awaiter `id`'s timeout passed (the scheduler's timer): it leaves its
+/// latch and is answered null.
+pub fn time_out(ctx: Ctx, id: WaiterId) {
+    if let Some(record) = leave(ctx, id) {
+        let name = ctx.key_name(&record.key);
+        stats::record(ctx, Event::AwaitTimeout, name.name());
+        unblock_handle(record.handle, Answer::TimedOut);
+    }
 }
 
 fn reply_answer(ctx: Ctx, answer: Answer) {
     match answer {
         Answer::Opened => ctx.reply_integer(1),
         Answer::Gone => ctx.reply_integer(0),
+        Answer::TimedOut => ctx.reply_null(),
     }
 }
 

@@ -16,6 +16,7 @@ pub mod propagation;
 pub mod registry;
 pub mod scheduler;
 pub mod stats;
+pub mod timeouts;
 pub mod tokens;
 pub mod waiters;
 mod wakeup;

@@ -9,7 +9,9 @@
 //! its keys open elsewhere), which grants it on every key at once or leaves
 //! it waiting. Exactly one `RedisModule_UnblockClient` per client: the
 //! grant, a refusal (null: one of its locks went away or moved, or the
-//! server became a replica), its timeout, or its disconnect.
+//! server became a replica), its timeout (kept by the module, see
+//! [`super::timeouts`]; `CLIENT UNBLOCK` runs Redis's timeout callback), or
+//! its disconnect.
 //!
 //! A refused waiter's places are left in the queues: they no longer count
 //! as present, so each key's hand-off drops them when they reach the head
@@ -18,7 +20,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::os::raw::{c_int, c_longlong, c_void};
+use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
@@ -26,7 +28,8 @@ use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{self, settle, Changes};
 use super::scheduler;
 use super::stats::{self, Event};
-use super::waiters::{self, TIMEOUT_MARGIN_MS};
+use super::timeouts::Blocked;
+use super::waiters;
 use crate::commands::CommandError;
 use crate::lock::{multi, Grant, Lock, Mode, Request, Waiter, WaiterId};
 
@@ -39,13 +42,12 @@ struct Record {
     places: Vec<(Box<[u8]>, u64)>,
     /// The connection its holds are tied to (SESSION), if any.
     session: Option<u64>,
-    /// When Redis times the client out (ms since the epoch); None: never.
-    times_out_at: Option<u64>,
     /// What it asked for, to queue it again where its place was lost.
     waiter: Waiter,
-    /// A lock value it waited in was deleted (`Some(lease ended)`): its
-    /// place there is found again at the tail, as single-key waiters are
-    /// re-queued.
+    /// A lock value it waited in was freed where its place is unknown (a
+    /// flush; `Some(lease ended)`): its place there is found again at the
+    /// tail. (A value deleted from a known key re-queues its waiters, this
+    /// request among them, in their order: see `waiters::locate`.)
     orphaned: Option<bool>,
 }
 
@@ -77,6 +79,7 @@ enum Outcome {
         grants: Vec<(u64, u64)>,
         owner: Box<[u8]>,
     },
+    /// Null: one of its locks went away or moved, or its timeout passed.
     Refused,
 }
 
@@ -85,19 +88,9 @@ pub fn contains(id: WaiterId) -> bool {
     with_registry(|registry| registry.records.contains_key(&id)).unwrap_or(false)
 }
 
-/// Whether multi-key request `id` still waits and may be granted: not
-/// within [`TIMEOUT_MARGIN_MS`] of its timeout (Redis 7.0 would drop the
-/// reply of a grant made in the turn it times out, leaving every key held).
+/// Whether multi-key request `id` still waits and may be granted.
 pub fn is_waiting(id: WaiterId) -> bool {
-    let now = crate::clock::now_ms();
-    with_registry(|registry| {
-        registry.records.get(&id).is_some_and(|record| {
-            record
-                .times_out_at
-                .is_none_or(|at| at > now.saturating_add(TIMEOUT_MARGIN_MS))
-        })
-    })
-    .unwrap_or(false)
+    contains(id)
 }
 
 /// Number of blocked multi-key requests.
@@ -136,13 +129,13 @@ pub fn block(
     };
     let seqs = multi::enqueue_all(&mut locks, request.owner, &waiter, now_ms)
         .map_err(|_| CommandError::Deadlock)?;
-    let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
+    // No Redis timeout: the module keeps it (see `super::timeouts`).
     let handle = api!(RedisModule_BlockClient(
         ctx.raw(),
         Some(reply_callback),
         Some(timeout_callback),
         Some(free_reply),
-        timeout
+        0
     ) else std::ptr::null_mut());
     if handle.is_null() {
         for (lock, seq) in locks.iter_mut().zip(&seqs) {
@@ -151,6 +144,7 @@ pub fn block(
         return Err(CommandError::BlockFailed);
     }
     api!(RedisModule_SetDisconnectCallback(handle, Some(disconnect_callback)) else ());
+    let times_out_at = (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms));
     let record = Record {
         handle,
         db: ctx.selected_db(),
@@ -161,7 +155,6 @@ pub fn block(
             .map(|(name, seq)| (Box::from(name.bytes()), seq))
             .collect(),
         session: request.session,
-        times_out_at: (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms)),
         waiter,
         orphaned: None,
     };
@@ -169,6 +162,9 @@ pub fn block(
         registry.by_handle.insert(handle as usize, id);
         registry.records.insert(id, record);
     });
+    if let Some(at) = times_out_at {
+        scheduler::time_out_at(at, Blocked::Waiter(id));
+    }
     Ok(())
 }
 
@@ -176,50 +172,62 @@ pub fn block(
 /// grantable everywhere now; settles every key either way. Runs from the
 /// scheduler, where no key is open.
 pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
-    if !is_waiting(id) {
-        return;
-    }
-    let Some((db, owner, places, session, waiter, orphaned)) = with_registry(|registry| {
-        let record = registry.records.get_mut(&id)?;
-        let orphaned = record.orphaned.take();
-        Some((
-            record.db,
-            record.owner.clone(),
-            record.places.clone(),
-            record.session,
-            record.waiter.clone(),
-            orphaned,
-        ))
+    let Some((db, key_names)) = with_registry(|registry| {
+        let record = registry.records.get(&id)?;
+        let keys: Vec<Box<[u8]>> = record.places.iter().map(|(key, _)| key.clone()).collect();
+        Some((record.db, keys))
     })
     .flatten() else {
         return;
     };
-    // In a cluster a deleted value may have moved to another node: only
-    // one that Redis expired (its lease ended here) is re-created here.
-    let may_recreate = orphaned.is_some_and(|lease_expired| lease_expired || !ctx.in_cluster());
     if !ctx.select_db(db) {
         refuse(id);
         return;
     }
-    let names: Vec<_> = places.iter().map(|(key, _)| ctx.key_name(key)).collect();
+    let names: Vec<_> = key_names.iter().map(|key| ctx.key_name(key)).collect();
     let mut keys = Vec::with_capacity(names.len());
     for name in &names {
-        let mut key = match ctx.open_lock(name.name(), true) {
-            Ok(key) => key,
+        match ctx.open_lock(name.name(), true) {
+            Ok(mut key) => {
+                // Opening a key whose lease has ended makes Redis expire it:
+                // its waiters (this request among them) are queued again at
+                // once, in their order.
+                scheduler::adopt_orphans_at(ctx, name.name(), &mut key);
+                keys.push(key);
+            }
             Err(_) => {
                 // The key now holds another type.
                 drop(keys);
                 refuse(id);
                 return;
             }
-        };
+        }
+    }
+    // Read only now: its places may have moved, and a value it waited in
+    // may have been flushed (its place unknown). In a cluster a deleted value
+    // may have moved to another node: only one that Redis expired (its lease
+    // ended here) is re-created here.
+    let Some((owner, places, session, waiter, orphaned)) = with_registry(|registry| {
+        let record = registry.records.get_mut(&id)?;
+        Some((
+            record.owner.clone(),
+            record.places.clone(),
+            record.session,
+            record.waiter.clone(),
+            record.orphaned.take(),
+        ))
+    })
+    .flatten() else {
+        // Refused while its orphaned places were queued again.
+        return;
+    };
+    let may_recreate = orphaned.is_some_and(|lease_expired| lease_expired || !ctx.in_cluster());
+    for key in &mut keys {
         if key.lock().is_none() && (!may_recreate || key.insert(Lock::new()).is_err()) {
-            drop(key);
             drop(keys);
             refuse(id);
             return;
         }
-        keys.push(key);
     }
     if orphaned.is_some() {
         // Find the places lost with a deleted value again, at the tail.
@@ -305,9 +313,21 @@ fn handoff_event(grant: &Grant) -> Event {
     }
 }
 
-/// A lock value request `id` waited in is being freed (DEL, FLUSH,
-/// eviction, or Redis expiring it when the lease ended): its place there is
-/// queued again (a new lock if needed) by [`try_grant`], soon.
+/// Request `id` was queued again at `key` (its lock value there was deleted
+/// under it), at position `seq`.
+pub fn requeued(id: WaiterId, key: &[u8], seq: u64) {
+    with_registry(|registry| {
+        if let Some(record) = registry.records.get_mut(&id) {
+            for place in record.places.iter_mut().filter(|place| *place.0 == *key) {
+                place.1 = seq;
+            }
+        }
+    });
+}
+
+/// A lock value request `id` waited in is being freed where its place is
+/// unknown (a flush): its place there is queued again (a new lock if
+/// needed) by [`try_grant`], soon.
 pub fn orphaned(id: WaiterId, lease_expired: bool) {
     let known = with_registry(|registry| match registry.records.get_mut(&id) {
         Some(record) => {
@@ -358,12 +378,23 @@ fn unblock_handle(handle: *mut raw::RedisModuleBlockedClient, outcome: Outcome) 
     }
 }
 
-/// A request left (timeout, disconnect): takes it out of every queue and
-/// releases Redis's handle. Returns its keys, `None` if it was gone.
+/// A request left (disconnect, `CLIENT UNBLOCK`): takes it out of every
+/// queue and releases Redis's handle. Returns its keys, `None` if it was gone.
 fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Vec<Box<[u8]>>> {
-    let (id, record) = with_registry(|registry| {
-        let id = registry.by_handle.remove(&(handle as usize))?;
-        registry.records.remove(&id).map(|record| (id, record))
+    let id =
+        with_registry(|registry| registry.by_handle.get(&(handle as usize)).copied()).flatten()?;
+    let record = leave(ctx, id)?;
+    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
+    Some(record.places.into_iter().map(|(key, _)| key).collect())
+}
+
+/// Takes request `id` out of the registry and out of every queue (the
+/// scheduler then settles each key). Its client is still blocked.
+fn leave(ctx: Ctx, id: WaiterId) -> Option<Record> {
+    let record = with_registry(|registry| {
+        let record = registry.records.remove(&id)?;
+        registry.by_handle.remove(&(record.handle as usize));
+        Some(record)
     })
     .flatten()?;
     let previous_db = ctx.selected_db();
@@ -380,8 +411,21 @@ fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Vec<Bo
     for (key, _) in &record.places {
         scheduler::wake_at(now, record.db, key);
     }
-    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    Some(record.places.into_iter().map(|(key, _)| key).collect())
+    Some(record)
+}
+
+/// Request `id`'s BLOCK timeout passed (the scheduler's timer): it leaves
+/// every queue and is answered null. False if `id` is no multi-key request.
+pub fn time_out(ctx: Ctx, id: WaiterId) -> bool {
+    let Some(record) = leave(ctx, id) else {
+        return false;
+    };
+    for (key, _) in &record.places {
+        let name = ctx.key_name(key);
+        stats::record(ctx, Event::Timeout, name.name());
+    }
+    unblock_handle(record.handle, Outcome::Refused);
+    true
 }
 
 fn reply_outcome(ctx: Ctx, outcome: &Outcome) {

@@ -3,28 +3,33 @@
 //! disconnect.
 //!
 //! Life of a waiter: [`block`] queues it in the lock and blocks its client
-//! with Redis's own timeout; then exactly one of these happens, and each
-//! calls `RedisModule_UnblockClient` exactly once:
+//! (its BLOCK timeout kept by the module, see [`super::timeouts`]); then
+//! exactly one of these happens, and each calls `RedisModule_UnblockClient`
+//! exactly once:
 //! * a hand-off grants it the lock ([`wake`]): the reply callback sends the grant;
-//! * its timeout passes: the timeout callback takes it out of the queue and replies null;
+//! * its timeout passes: the scheduler takes it out of the queue ([`time_out`])
+//!   and it is answered null;
 //! * its connection closes (or CLIENT KILL, or a role change): the
-//!   disconnect callback takes it out of the queue.
+//!   disconnect callback takes it out of the queue;
+//! * `CLIENT UNBLOCK`: Redis's timeout callback takes it out of the queue and
+//!   replies null.
 //!
-//! A grant and a timeout can fall into the same event-loop turn: Redis runs
-//! timeouts first, so the timeout callback checks for a grant already handed
-//! to the client and sends that instead of null.
+//! A grant and a `CLIENT UNBLOCK` can fall into the same event-loop turn:
+//! Redis runs the unblock first, so the timeout callback checks for a grant
+//! already handed to the client and sends that instead of null.
 //!
 //! All of this runs on Redis's main thread; the registry is a thread-local.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::os::raw::{c_int, c_longlong, c_void};
+use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::scheduler;
 use super::stats::{self, Event};
+use super::timeouts::Blocked;
 use crate::commands::CommandError;
 use crate::lock::{Lock, Mode, Request, Waiter, WaiterGrant, WaiterId};
 
@@ -37,17 +42,11 @@ struct Record {
     seq: u64,
     owner: Box<[u8]>,
     waiter: Waiter,
-    /// When Redis times the client out (ms since the epoch); None: never.
+    /// When its BLOCK timeout ends (ms since the epoch); None: never.
     times_out_at: Option<u64>,
     /// The blocked client's id (`CLIENT LIST`, `CLIENT KILL ID`).
     client: u64,
 }
-
-/// A waiter whose BLOCK timeout is this close is passed over by hand-offs:
-/// Redis 7.0 runs due timeouts before replying to clients unblocked in the
-/// same event-loop turn, and drops that reply (the grant would be lost while
-/// the lock stays in the waiter's name). It gets null at its timeout instead.
-pub(super) const TIMEOUT_MARGIN_MS: u64 = 10;
 
 #[derive(Default)]
 struct Registry {
@@ -83,21 +82,14 @@ enum Outcome {
         /// UNBLOCK` or a disconnect): such a grant is taken back.
         delivered: Cell<bool>,
     },
-    /// The lock went away under it (its key now holds another type).
+    /// The lock went away under it (its key now holds another type), or
+    /// its BLOCK timeout passed: null.
     Refused,
 }
 
 /// Whether waiter `id` is still blocked and waiting.
 pub fn is_waiting(id: WaiterId) -> bool {
-    let now = crate::clock::now_ms();
-    with_registry(|registry| {
-        registry.records.get(&id).is_some_and(|record| {
-            record
-                .times_out_at
-                .is_none_or(|at| at > now.saturating_add(TIMEOUT_MARGIN_MS))
-        })
-    })
-    .unwrap_or(false)
+    with_registry(|registry| registry.records.contains_key(&id)).unwrap_or(false)
 }
 
 /// A blocked waiter as `DLOCK.INFO key FULL` shows it: its client id and
@@ -145,19 +137,20 @@ pub fn block(
     let seq = lock
         .enqueue_waiter(request.owner, waiter.clone(), now_ms)
         .map_err(|_| CommandError::Deadlock)?;
-    let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
+    // No Redis timeout: the module keeps it (see `super::timeouts`).
     let handle = api!(RedisModule_BlockClient(
         ctx.raw(),
         Some(reply_callback),
         Some(timeout_callback),
         Some(free_reply),
-        timeout
+        0
     ) else std::ptr::null_mut());
     if handle.is_null() {
         lock.remove_waiter(seq, id);
         return Err(CommandError::BlockFailed);
     }
     api!(RedisModule_SetDisconnectCallback(handle, Some(disconnect_callback)) else ());
+    let times_out_at = (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms));
     let record = Record {
         handle,
         db: ctx.selected_db(),
@@ -165,13 +158,16 @@ pub fn block(
         seq,
         owner: request.owner.into(),
         waiter,
-        times_out_at: (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms)),
+        times_out_at,
         client: ctx.client_id(),
     };
     with_registry(|registry| {
         registry.by_handle.insert(handle as usize, id);
         registry.records.insert(id, record);
     });
+    if let Some(at) = times_out_at {
+        scheduler::time_out_at(at, Blocked::Waiter(id));
+    }
     Ok(())
 }
 
@@ -205,9 +201,13 @@ fn unblock(id: WaiterId, mut outcome: Outcome) {
     if let Outcome::Granted { place, .. } = &mut outcome {
         *place = Some((record.db, record.key.clone()));
     }
+    unblock_handle(record.handle, outcome);
+}
+
+/// Unblocks a client with the answer its reply callback sends.
+fn unblock_handle(handle: *mut raw::RedisModuleBlockedClient, outcome: Outcome) {
     let reply = Box::into_raw(Box::new(outcome)).cast::<c_void>();
-    let status =
-        api!(RedisModule_UnblockClient(record.handle, reply) else raw::REDISMODULE_ERR as c_int);
+    let status = api!(RedisModule_UnblockClient(handle, reply) else raw::REDISMODULE_ERR as c_int);
     if status != raw::REDISMODULE_OK as c_int {
         // SAFETY: Redis did not take the reply; we still own it.
         drop(unsafe { Box::from_raw(reply.cast::<Outcome>()) });
@@ -226,20 +226,37 @@ pub struct OrphanGroup {
     pub lease_expired: bool,
 }
 
-/// Where each waiter of a dying lock value waited: groups by key, in queue order.
-pub fn locate(waiters: Vec<QueuedWaiter>, lease_expired: bool) -> Vec<OrphanGroup> {
+/// Where each waiter of a dying lock value waited: groups by key, in queue
+/// order. `unlinked_from` is where Redis took the value from, if known.
+///
+/// A multi-key request stays in its key's group, so that it is queued again
+/// in its place among that key's waiters: every queue must keep ordering
+/// multi-key requests as they entered, or two of them could wait on each
+/// other for ever. Only when the place is unknown (a value freed by a
+/// flush) does it find its lost place again itself.
+pub fn locate(
+    waiters: Vec<QueuedWaiter>,
+    lease_expired: bool,
+    unlinked_from: Option<(i32, Box<[u8]>)>,
+) -> Vec<OrphanGroup> {
     let places = waiters.into_iter().filter_map(|(owner, waiter)| {
         let place = with_registry(|registry| {
             let record = registry.records.get(&waiter.id)?;
             Some((record.db, record.key.clone()))
         })
         .flatten();
-        let Some((db, key)) = place else {
-            // A multi-key request finds its lost place again itself.
-            super::multiwaiters::orphaned(waiter.id, lease_expired);
-            return None;
+        let place = match place {
+            Some(place) => place,
+            None if super::multiwaiters::contains(waiter.id) => match &unlinked_from {
+                Some(place) => place.clone(),
+                None => {
+                    super::multiwaiters::orphaned(waiter.id, lease_expired);
+                    return None;
+                }
+            },
+            None => return None,
         };
-        Some((db, key, (owner, waiter)))
+        Some((place.0, place.1, (owner, waiter)))
     });
     group_by_key(places, lease_expired)
 }
@@ -269,6 +286,14 @@ fn group_by_key(
 pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>) {
     for (owner, waiter) in waiters {
         let id = waiter.id;
+        if super::multiwaiters::contains(id) {
+            let now_ms = crate::clock::now_ms();
+            match lock.enqueue_waiter(&owner, waiter, now_ms) {
+                Ok(seq) => super::multiwaiters::requeued(id, key, seq),
+                Err(_) => super::multiwaiters::refuse(id),
+            }
+            continue;
+        }
         if !is_waiting(id) {
             continue;
         }
@@ -358,9 +383,20 @@ type Departed = (Box<[u8]>, Box<[u8]>);
 /// releases Redis's handle. Returns its key and owner, or None if it was no
 /// longer waiting.
 fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Departed> {
-    let (id, record) = with_registry(|registry| {
-        let id = registry.by_handle.remove(&(handle as usize))?;
-        registry.records.remove(&id).map(|record| (id, record))
+    let id =
+        with_registry(|registry| registry.by_handle.get(&(handle as usize)).copied()).flatten()?;
+    let record = leave(ctx, id)?;
+    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
+    Some((record.key, record.owner))
+}
+
+/// Takes waiter `id` out of the registry and out of its queue (the
+/// scheduler then settles the key). Its client is still blocked.
+fn leave(ctx: Ctx, id: WaiterId) -> Option<Record> {
+    let record = with_registry(|registry| {
+        let record = registry.records.remove(&id)?;
+        registry.by_handle.remove(&(record.handle as usize));
+        Some(record)
     })
     .flatten()?;
     let previous_db = ctx.selected_db();
@@ -373,8 +409,24 @@ fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Depart
     // The queue changed: let the scheduler settle the key (delete it if
     // vacant, hand it on) where propagation is safe.
     scheduler::wake_at(crate::clock::now_ms(), record.db, &record.key);
-    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    Some((record.key, record.owner))
+    Some(record)
+}
+
+/// Waiter `id`'s BLOCK timeout passed (the scheduler's timer): it leaves
+/// its queue and is answered null. False if `id` is no single-key waiter.
+pub fn time_out(ctx: Ctx, id: WaiterId) -> bool {
+    let Some(record) = leave(ctx, id) else {
+        return false;
+    };
+    let name = ctx.key_name(&record.key);
+    let fact = super::audit::Fact {
+        owner: &record.owner,
+        token: 0,
+        holds: 0,
+    };
+    stats::record_fact(ctx, Event::Timeout, name.name(), fact);
+    unblock_handle(record.handle, Outcome::Refused);
+    true
 }
 
 fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
