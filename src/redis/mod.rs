@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod awaiters;
+mod blocked;
 mod command_info;
 pub mod datatype;
 pub mod events;
