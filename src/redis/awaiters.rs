@@ -56,7 +56,6 @@ thread_local! {
 impl BlockedKind for Awaiters {
     type Record = Record;
     type Answer = Answer;
-    const TIMED_OUT: Answer = Answer::TimedOut;
     const REPLY_ERROR: &'static CStr = c"ERR dlock internal error while replying to an awaiter";
 
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
@@ -68,6 +67,10 @@ impl BlockedKind for Awaiters {
         let previous_db = ctx.selected_db();
         remove_from_latch(ctx, record.db, &record.key, id);
         ctx.select_db(previous_db);
+    }
+
+    fn timeout_answer() -> Answer {
+        Answer::TimedOut
     }
 
     fn timed_out(ctx: Ctx, record: &Record) {

@@ -15,7 +15,8 @@
 //!   callback sends the answer ([`BlockedKind::reply`]);
 //! * its timeout passes: the timer calls [`time_out`], which takes it out
 //!   of its places ([`BlockedKind::leave`]), records the timeout
-//!   ([`BlockedKind::timed_out`]) and answers [`BlockedKind::TIMED_OUT`];
+//!   ([`BlockedKind::timed_out`]) and answers it null
+//!   ([`BlockedKind::timeout_answer`]);
 //! * its connection closes (or `CLIENT KILL`, `CLIENT UNBLOCK ... ERROR`, a
 //!   role change): the disconnect callback takes it out of its places;
 //! * `CLIENT UNBLOCK`: Redis's timeout callback takes it out of its places,
@@ -48,8 +49,6 @@ pub trait BlockedKind: Sized + 'static {
     type Record;
     /// What a client is unblocked with; its reply callback sends it.
     type Answer;
-    /// The answer to a client whose timeout passed (a null reply).
-    const TIMED_OUT: Self::Answer;
     /// The reply when replying panicked.
     const REPLY_ERROR: &'static CStr;
 
@@ -59,6 +58,9 @@ pub trait BlockedKind: Sized + 'static {
     /// Takes client `id`, just removed from the registry, out of where it
     /// waits. Its client is still blocked.
     fn leave(ctx: Ctx, id: WaiterId, record: &Self::Record);
+
+    /// The answer to a client whose timeout passed (a null reply).
+    fn timeout_answer() -> Self::Answer;
 
     /// Records that the client of `record` timed out (its timeout passed,
     /// or `CLIENT UNBLOCK`).
@@ -119,6 +121,19 @@ impl<K: BlockedKind> Registry<K> {
         self.records.len()
     }
 
+    /// Whether client `id` is still blocked and waiting.
+    pub fn contains(&self, id: WaiterId) -> bool {
+        self.records.contains_key(&id)
+    }
+
+    pub fn get(&self, id: WaiterId) -> Option<&K::Record> {
+        self.records.get(&id).map(|entry| &entry.record)
+    }
+
+    pub fn get_mut(&mut self, id: WaiterId) -> Option<&mut K::Record> {
+        self.records.get_mut(&id).map(|entry| &mut entry.record)
+    }
+
     /// Every blocked client, in no order.
     pub fn iter(&self) -> impl Iterator<Item = (WaiterId, &K::Record)> {
         self.records.iter().map(|(id, entry)| (*id, &entry.record))
@@ -173,14 +188,15 @@ pub fn take<K: BlockedKind>(id: WaiterId) -> Option<(Handle<K>, K::Record)> {
 }
 
 /// Client `id`'s timeout passed (the scheduler's timer): it leaves where
-/// it waits, the timeout is recorded and it is answered
-/// [`BlockedKind::TIMED_OUT`]. False if `id` is no client of this kind.
+/// it waits, the timeout is recorded and it is answered null
+/// ([`BlockedKind::timeout_answer`]). False if `id` is no client of this
+/// kind.
 pub fn time_out<K: BlockedKind>(ctx: Ctx, id: WaiterId) -> bool {
     let Some((handle, record)) = leave::<K>(ctx, id) else {
         return false;
     };
     K::timed_out(ctx, &record);
-    handle.answer(K::TIMED_OUT);
+    handle.answer(K::timeout_answer());
     true
 }
 
