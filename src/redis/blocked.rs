@@ -50,7 +50,7 @@ pub trait BlockedKind: Sized + 'static {
     /// What a client is unblocked with; its reply callback sends it.
     type Answer;
     /// The reply when replying panicked.
-    const REPLY_ERROR: &'static CStr;
+    const REPLY_ERROR: &'static CStr = c"ERR dlock internal error while replying to a waiter";
 
     /// The kind's registry (a thread-local of its own file).
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>>;

@@ -20,7 +20,6 @@
 //! or disconnect is taken out of every queue at once.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::CStr;
 use std::thread::LocalKey;
 
 use super::blocked::{self, BlockedKind, Registry};
@@ -74,7 +73,6 @@ enum Outcome {
 impl BlockedKind for MultiWaiters {
     type Record = Record;
     type Answer = Outcome;
-    const REPLY_ERROR: &'static CStr = c"ERR dlock internal error while replying to a waiter";
 
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
         &REGISTRY
@@ -83,20 +81,7 @@ impl BlockedKind for MultiWaiters {
     /// A request leaving is taken out of every queue (the scheduler then
     /// settles each key).
     fn leave(ctx: Ctx, id: WaiterId, record: &Record) {
-        let previous_db = ctx.selected_db();
-        for (key, seq) in &record.places {
-            if let Some((mut lock_key, _name)) = ctx.open_lock_in(record.db, key) {
-                if let Some(lock) = lock_key.lock_mut() {
-                    lock.remove_waiter(*seq, id);
-                }
-            }
-        }
-        ctx.select_db(previous_db);
-        // The queues changed: let the scheduler settle each key.
-        let now = crate::clock::now_ms();
-        for (key, _) in &record.places {
-            scheduler::wake_at(now, record.db, key);
-        }
+        waiters::leave_queues(ctx, record.db, id, &record.places);
     }
 
     fn timeout_answer() -> Outcome {

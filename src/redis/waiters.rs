@@ -18,7 +18,6 @@
 //! All of this runs on Redis's main thread; the registry is a thread-local.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::CStr;
 use std::thread::LocalKey;
 
 use super::blocked::{self, BlockedKind, Registry};
@@ -55,7 +54,6 @@ thread_local! {
 impl BlockedKind for Waiters {
     type Record = Record;
     type Answer = Outcome;
-    const REPLY_ERROR: &'static CStr = c"ERR dlock internal error while replying to a waiter";
 
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
         &REGISTRY
@@ -64,16 +62,7 @@ impl BlockedKind for Waiters {
     /// A waiter leaving is taken out of its queue (the scheduler then
     /// settles the key).
     fn leave(ctx: Ctx, id: WaiterId, record: &Record) {
-        let previous_db = ctx.selected_db();
-        if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key) {
-            if let Some(lock) = key.lock_mut() {
-                lock.remove_waiter(record.seq, id);
-            }
-        }
-        ctx.select_db(previous_db);
-        // The queue changed: let the scheduler settle the key (delete it if
-        // vacant, hand it on) where propagation is safe.
-        scheduler::wake_at(crate::clock::now_ms(), record.db, &record.key);
+        leave_queues(ctx, record.db, id, &[(&record.key, record.seq)]);
     }
 
     fn timeout_answer() -> Outcome {
@@ -124,6 +113,26 @@ impl BlockedKind for Waiters {
                 scheduler::revoke_grant(db, key, owner, mode, token);
             }
         }
+    }
+}
+
+/// Takes waiter `id` (single-key or multi-key) out of the queues at its
+/// places in database `db`: (key, its position there).
+pub(super) fn leave_queues<K: AsRef<[u8]>>(ctx: Ctx, db: i32, id: WaiterId, places: &[(K, u64)]) {
+    let previous_db = ctx.selected_db();
+    for (key, seq) in places {
+        if let Some((mut lock_key, _name)) = ctx.open_lock_in(db, key.as_ref()) {
+            if let Some(lock) = lock_key.lock_mut() {
+                lock.remove_waiter(*seq, id);
+            }
+        }
+    }
+    ctx.select_db(previous_db);
+    // The queues changed: let the scheduler settle each key (delete it if
+    // vacant, hand it on) where propagation is safe.
+    let now_ms = crate::clock::now_ms();
+    for (key, _) in places {
+        scheduler::wake_at(now_ms, db, key.as_ref());
     }
 }
 
