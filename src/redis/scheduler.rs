@@ -420,6 +420,10 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     // asserts on it, and a failover in progress relies on the offsets
     // standing still): the work waits until the pause ends.
     if api!(RedisModule_AvoidReplicaTraffic() else 0) != 0 {
+        // Answering a timed-out client changes no data (a queue place is
+        // not replicated; the key is settled after the pause), so timeouts
+        // are kept during a pause, as Redis keeps BLPOP's.
+        let _ = std::panic::catch_unwind(|| answer_due_timeouts(ctx, clock::now_ms()));
         let timer_ctx = TIMER_CONTEXT.load(Ordering::Relaxed);
         let retry = i64::try_from(PAUSE_RETRY_MS).unwrap_or(10);
         let timer = api!(RedisModule_CreateTimer(timer_ctx, retry, Some(on_timer), std::ptr::null_mut()) else 0);
