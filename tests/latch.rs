@@ -516,6 +516,17 @@ fn replica_follows_the_master_and_answers_its_own_awaiters() {
     assert_eq!(int(&mut conn, &["DEL", "counted"]), 1);
     assert_eq!(answer(opens), Some(1));
     assert_eq!(answer(deleted), Some(0));
+    // An awaiter on the replica times out there (the module keeps AWAIT
+    // timeouts, on replicas too), and leaves the latch.
+    let patient = spawn_await(&replica, "huge", 100);
+    let sent = patient.sent;
+    let (reply, at) = patient.join();
+    assert_eq!(reply.expect("AWAIT on the replica"), Value::Nil);
+    assert!(at - sent >= Duration::from_millis(100), "{:?}", at - sent);
+    assert_eq!(
+        latch_info(&mut on_replica, "huge").map(|info| info.2),
+        Some(0)
+    );
     let digest_master = digest(&mut conn);
     wait_for_replica(&mut conn);
     assert_eq!(digest(&mut on_replica), digest_master);

@@ -1439,3 +1439,28 @@ fn a_grant_made_after_the_timeout_passed_unseen_is_delivered() {
     assert_eq!(release(&mut conn, "late", "waiter"), 0);
     assert!(!exists(&mut conn, "late"));
 }
+
+/// During `CLIENT PAUSE WRITE` (the first step of a failover) nothing is
+/// replicated, but a waiter still gets null at its BLOCK timeout, as a
+/// BLPOP would; the lock and its holder are as before.
+#[test]
+fn a_waiter_times_out_during_a_client_pause() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    acquire(&mut conn, "paused", "holder", 60_000).unwrap();
+    let waiter = block_acquire(&server, "paused", "waiter", 60_000, 100);
+    wait_for_waiting(&mut conn, "paused", 1);
+    cmd(&mut conn, &["CLIENT", "PAUSE", "5000", "WRITE"]).unwrap();
+    let sent = waiter.sent;
+    let at = waiter.refused();
+    cmd(&mut conn, &["CLIENT", "UNPAUSE"]).unwrap();
+    assert!(at - sent >= Duration::from_millis(100), "{:?}", at - sent);
+    assert!(
+        at - sent < Duration::from_millis(2_000),
+        "answered only after the pause: {:?}",
+        at - sent
+    );
+    wait_for_waiting(&mut conn, "paused", 0);
+    assert_eq!(info_owner(&mut conn, "paused"), Some(b"holder".to_vec()));
+    assert_eq!(release(&mut conn, "paused", "holder"), 0);
+}

@@ -420,6 +420,10 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     // asserts on it, and a failover in progress relies on the offsets
     // standing still): the work waits until the pause ends.
     if api!(RedisModule_AvoidReplicaTraffic() else 0) != 0 {
+        // Answering a timed-out client changes no data (a queue place is
+        // not replicated; the key is settled after the pause), so timeouts
+        // are kept during a pause, as Redis keeps BLPOP's.
+        let _ = std::panic::catch_unwind(|| answer_due_timeouts(ctx, clock::now_ms()));
         let timer_ctx = TIMER_CONTEXT.load(Ordering::Relaxed);
         let retry = i64::try_from(PAUSE_RETRY_MS).unwrap_or(10);
         let timer = api!(RedisModule_CreateTimer(timer_ctx, retry, Some(on_timer), std::ptr::null_mut()) else 0);
@@ -440,8 +444,10 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
 
 fn run_due(ctx: Ctx) {
     if !ctx.may_act() {
-        // A replica or a loading server: the master decides. Waiters cannot
-        // exist here (their clients were disconnected on demotion).
+        // A replica or a loading server: the master decides. Lock waiters
+        // cannot exist here (their clients were disconnected on demotion);
+        // latch awaiters can (AWAIT reads), and time out here.
+        answer_due_timeouts(ctx, clock::now_ms());
         let departures = with_scheduler(|scheduler| {
             scheduler.due.clear();
             scheduler.pending.clear();
@@ -452,7 +458,6 @@ fn run_due(ctx: Ctx) {
             std::mem::take(&mut scheduler.departures)
         })
         .unwrap_or_default();
-        timeouts::clear();
         for departure in departures {
             waiters::refuse(departure.waiters);
         }
@@ -471,9 +476,8 @@ fn run_due(ctx: Ctx) {
     ctx.select_db(original_db);
 }
 
-fn run_round(ctx: Ctx, now: u64) {
-    // Timeouts first: a client whose wait has ended is answered null, as
-    // Redis answers a BLPOP whose timeout passed before the data came.
+/// Answers null every blocked client whose timeout has passed.
+fn answer_due_timeouts(ctx: Ctx, now: u64) {
     for who in timeouts::take_due(now) {
         match who {
             Blocked::Waiter(id) => {
@@ -484,6 +488,12 @@ fn run_round(ctx: Ctx, now: u64) {
             Blocked::Awaiter(id) => awaiters::time_out(ctx, id),
         }
     }
+}
+
+fn run_round(ctx: Ctx, now: u64) {
+    // Timeouts first: a client whose wait has ended is answered null, as
+    // Redis answers a BLPOP whose timeout passed before the data came.
+    answer_due_timeouts(ctx, now);
 
     let ready =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.multi_ready)).unwrap_or_default();

@@ -79,18 +79,12 @@ pub fn take_due(now_ms: u64) -> Vec<Blocked> {
     .unwrap_or_default()
 }
 
-/// Forgets every deadline (the server became a replica: nobody waits).
-pub fn clear() {
-    with_deadlines(BTreeSet::clear);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn due_clients_come_out_in_deadline_order_and_once() {
-        clear();
         add(30, Blocked::Waiter(3));
         add(10, Blocked::Awaiter(1));
         add(20, Blocked::Waiter(2));
