@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod awaiters;
+mod blocked;
 mod command_info;
 pub mod datatype;
 pub mod events;
@@ -17,6 +18,7 @@ pub mod realtime;
 pub mod registry;
 pub mod scheduler;
 pub mod stats;
+pub mod timeouts;
 pub mod tokens;
 pub mod waiters;
 mod wakeup;
