@@ -142,17 +142,24 @@ impl<'a> Acquire<'a> {
             Some(lock) => lock,
             None => key.insert(Lock::new())?,
         };
-        // A new key (nothing held, nothing queued) outside a grace window:
-        // the first hold, by the straight route.
+        // Outside a grace window, with nothing queued, by the straight
+        // route: a new key's first hold, or a re-entry of its only holder
+        // (which ties no SESSION: only a new hold does).
         if !window.is_open() {
-            if let Some(grant) = lock.acquire_first(request, now_ms, || tokens::issue_at(now_us)) {
+            let straight = match lock.acquire_first(request, now_ms, || tokens::issue_at(now_us)) {
+                Some(grant) => Some((grant, request.session)),
+                None => lock
+                    .reenter_sole(request, now_ms)
+                    .map(|grant| (grant, None)),
+            };
+            if let Some((grant, session)) = straight {
                 let fact = Fact {
                     owner,
                     token: grant.token,
                     holds: grant.holds,
                 };
                 stats::record_fact(ctx, grant_event(grant), name, fact);
-                keyspace::settle_first_hold(ctx, name, &mut key, request.session);
+                keyspace::settle_sole_hold(ctx, name, &mut key, session);
                 reply_grant(ctx, grant, owner);
                 return Ok(());
             }

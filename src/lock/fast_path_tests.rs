@@ -1,4 +1,5 @@
-//! The straight routes of the uncontended path against the general one:
+//! The straight routes of the uncontended path (first hold, re-entry of
+//! the only holder, last release) against the general one:
 //! random sequences of acquires in both modes, blocked waits, reservations,
 //! releases, renewals, departures and time on three owners. Before every
 //! acquire and every release the straight route is tried on a copy of the
@@ -90,7 +91,40 @@ proptest! {
                     let straight_grant = straight.acquire_first(request, now, issue);
                     let straight_tokens = tokens.get() - issued_before;
                     tokens.set(issued_before);
+                    let mut reentered = lock.clone();
+                    let reentry_grant = reentered.reenter_sole(request, now);
                     let grant = lock.acquire(request, &mut step);
+                    match reentry_grant {
+                        Some(reentry_grant) => {
+                            let hold = before.holders().single();
+                            prop_assert!(hold.is_some_and(|hold| *hold.owner == *OWNERS[owner]));
+                            prop_assert!(before.queue().is_empty());
+                            prop_assert_eq!(Some(reentry_grant), grant);
+                            prop_assert!(reentry_grant.reentry);
+                            prop_assert!(only_whole_holders_changed(&step), "step after a re-entry");
+                            let mut handed = lock.clone();
+                            let mut hand_off_step = Step::new(now, &issue, &present);
+                            handed.hand_off(&mut hand_off_step);
+                            prop_assert!(hand_off_step.woken.is_empty() && hand_off_step.expired.is_empty());
+                            prop_assert_eq!(&handed, &lock);
+                            prop_assert_eq!(&reentered, &lock);
+                            prop_assert_eq!(lock.wakeup_at(now), None);
+                        }
+                        None => {
+                            prop_assert_eq!(&reentered, &before);
+                            // A re-entry the straight route missed: only with
+                            // a queue, other holders, or an upgrade.
+                            if grant.is_some_and(|grant| grant.reentry) {
+                                prop_assert!(
+                                    !before.queue().is_empty()
+                                        || before.holders().len() != 1
+                                        || !step.expired.is_empty(),
+                                    "a re-entry the straight route missed: {:?}",
+                                    before
+                                );
+                            }
+                        }
+                    }
                     match straight_grant {
                         Some(straight_grant) => {
                             prop_assert!(before.holders().is_empty() && before.queue().is_empty());

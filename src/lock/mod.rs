@@ -476,6 +476,43 @@ impl Lock {
         })
     }
 
+    /// [`Lock::acquire`] of the lock's only holder re-entering while nothing
+    /// is queued and its lease covers `now_ms`: shared after either mode,
+    /// exclusive after exclusive (not an upgrade, which takes a new token).
+    /// Its count in the mode grows by one and its lease restarts at
+    /// `now_ms + ttl`, under the same token. `None`, with nothing changed,
+    /// in any other case: use [`Lock::acquire`].
+    ///
+    /// The lock and the grant are exactly what [`Lock::acquire`] gives; the
+    /// step it would have recorded is "the whole holder set changed" and
+    /// nothing else.
+    pub fn reenter_sole(&mut self, request: Request<'_>, now_ms: u64) -> Option<Grant> {
+        let hold = self.holders.single()?;
+        let mode = request.want.mode;
+        let reentry = *hold.owner == *request.owner
+            && hold.is_live(now_ms)
+            && (mode == Mode::Shared || hold.exclusive > 0)
+            && self.queue.is_empty();
+        if !reentry {
+            return None;
+        }
+        let deadline_ms = now_ms.saturating_add(request.ttl_ms);
+        let (holds, token) = self.holders.update(request.owner, |hold| {
+            match mode {
+                Mode::Exclusive => hold.exclusive = hold.exclusive.saturating_add(1),
+                Mode::Shared => hold.shared = hold.shared.saturating_add(1),
+            }
+            hold.deadline_ms = deadline_ms;
+            (hold.count(mode), hold.token)
+        })?;
+        Some(Grant {
+            token,
+            holds,
+            reentry: true,
+            mode,
+        })
+    }
+
     /// Whether [`Lock::acquire`] would grant `request` now (holders whose
     /// lease ended and expired reservations are dropped first, as it does).
     pub fn would_acquire(&mut self, request: Request<'_>, step: &mut Step<'_>) -> bool {

@@ -111,11 +111,12 @@ pub fn settle(
 }
 
 /// What [`settle`] does after [`Lock::acquire_first`] gave a lock its first
-/// hold (one holder, nothing queued, nothing else changed), without looking
-/// for what cannot be there (no hand-off, vacancy, timer or waiter to wake):
-/// the holder is replicated (`HOLD`), the key expires with the lease, and a
-/// SESSION hold is indexed by its connection.
-pub fn settle_first_hold(ctx: Ctx, name: KeyName, key: &mut LockKey, session: Option<u64>) {
+/// hold, or [`Lock::reenter_sole`] let its only holder re-enter (one holder,
+/// nothing queued, nothing else changed), without looking for what cannot
+/// be there (no hand-off, vacancy, timer or waiter to wake): the holder is
+/// replicated (`HOLD`), the key expires with the lease, and a new SESSION
+/// hold (`session`) is indexed by its connection.
+pub fn settle_sole_hold(ctx: Ctx, name: KeyName, key: &mut LockKey, session: Option<u64>) {
     let Some(hold) = key.lock().and_then(|lock| lock.holders().single()) else {
         return;
     };
