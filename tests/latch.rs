@@ -516,6 +516,17 @@ fn replica_follows_the_master_and_answers_its_own_awaiters() {
     assert_eq!(int(&mut conn, &["DEL", "counted"]), 1);
     assert_eq!(answer(opens), Some(1));
     assert_eq!(answer(deleted), Some(0));
+    // An awaiter on the replica times out there (the module keeps AWAIT
+    // timeouts, on replicas too), and leaves the latch.
+    let patient = spawn_await(&replica, "huge", 100);
+    let sent = patient.sent;
+    let (reply, at) = patient.join();
+    assert_eq!(reply.expect("AWAIT on the replica"), Value::Nil);
+    assert!(at - sent >= Duration::from_millis(100), "{:?}", at - sent);
+    assert_eq!(
+        latch_info(&mut on_replica, "huge").map(|info| info.2),
+        Some(0)
+    );
     let digest_master = digest(&mut conn);
     wait_for_replica(&mut conn);
     assert_eq!(digest(&mut on_replica), digest_master);
@@ -711,4 +722,29 @@ fn metadata_counters_and_keyspace_events() {
         let error = error_of(&mut reader, command);
         assert!(error.starts_with("NOPERM"), "{command:?}: {error}");
     }
+}
+
+/// The count-down that opens a latch in the event-loop turn in which an
+/// awaiter's timeout has already passed (the server sleeps through it, then
+/// runs the COUNTDOWN pipelined behind the sleep) still answers that
+/// awaiter 1. Redis 7.0 runs its own blocked-client timeouts before it
+/// replies to clients unblocked in that turn and then sends nothing at all:
+/// the module keeps AWAIT timeouts itself.
+#[test]
+fn an_opening_after_the_timeout_passed_unseen_is_delivered() {
+    let server = Server::with_args(&["--enable-debug-command", "yes"]);
+    let mut conn = server.connect();
+    assert_eq!(int(&mut conn, &["DLOCK.LATCH", "gate", "1", "60000"]), 1);
+    let awaiter = spawn_await(&server, "gate", 200);
+    await_waiting(&mut conn, "gate", 1);
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.4")
+        .cmd("DLOCK.COUNTDOWN")
+        .arg("gate");
+    let _: Value = pipe.query(&mut conn).expect("DEBUG SLEEP + COUNTDOWN");
+    wait_until("the awaiter to be answered", || awaiter.is_finished());
+    assert_eq!(answer(awaiter), Some(1));
+    assert_eq!(int(&mut conn, &["EXISTS", "gate"]), 0);
 }

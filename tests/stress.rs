@@ -2931,7 +2931,6 @@ impl Worker {
 /// (BLOCK 0 included: a cycle of waiters would hang it), so the run is free
 /// of deadlocks; at the end every key is free and nobody waits.
 #[test]
-#[ignore = "fails on the server as of 3e69085+main: MACQUIRE BLOCK waiters hang (BLOCK 0 unanswered for 30 s) or are answered null before their timeout; run with --ignored"]
 fn clients_locking_overlapping_key_sets_never_break_exclusion_or_deadlock() {
     let mut settings = Settings::from_env();
     settings.secs = env_number("DLOCK_STRESS_SECS", 4);

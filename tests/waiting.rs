@@ -1409,3 +1409,58 @@ fn a_grant_whose_reply_redis_dropped_is_taken_back() {
         Value::Int(0)
     );
 }
+
+/// A grant made in the event-loop turn in which the waiter's BLOCK timeout
+/// has already passed (here the server sleeps through the timeout, then runs
+/// the RELEASE pipelined behind the sleep) still reaches the waiter. Redis
+/// 7.0 runs its own blocked-client timeouts before it replies to clients
+/// unblocked in that turn and then sends nothing at all, which left such a
+/// waiter unanswered for ever while it held the lock: the module keeps BLOCK
+/// timeouts itself.
+#[test]
+fn a_grant_made_after_the_timeout_passed_unseen_is_delivered() {
+    let server = Server::with_args(&["--enable-debug-command", "yes"]);
+    let mut conn = server.connect();
+    acquire(&mut conn, "late", "holder", 60_000).unwrap();
+    let waiter = block_acquire(&server, "late", "waiter", 60_000, 200);
+    wait_for_waiting(&mut conn, "late", 1);
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.4")
+        .cmd("DLOCK.RELEASE")
+        .arg("late")
+        .arg("holder");
+    let _: Value = pipe.query(&mut conn).expect("DEBUG SLEEP + RELEASE");
+    wait_until("the waiter to be answered", || waiter.is_finished());
+    let ((_, holds, owner), _) = waiter.granted();
+    assert_eq!((holds, owner.as_slice()), (1, &b"waiter"[..]));
+    assert_eq!(info_owner(&mut conn, "late"), Some(b"waiter".to_vec()));
+    assert_eq!(release(&mut conn, "late", "waiter"), 0);
+    assert!(!exists(&mut conn, "late"));
+}
+
+/// During `CLIENT PAUSE WRITE` (the first step of a failover) nothing is
+/// replicated, but a waiter still gets null at its BLOCK timeout, as a
+/// BLPOP would; the lock and its holder are as before.
+#[test]
+fn a_waiter_times_out_during_a_client_pause() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    acquire(&mut conn, "paused", "holder", 60_000).unwrap();
+    let waiter = block_acquire(&server, "paused", "waiter", 60_000, 100);
+    wait_for_waiting(&mut conn, "paused", 1);
+    cmd(&mut conn, &["CLIENT", "PAUSE", "5000", "WRITE"]).unwrap();
+    let sent = waiter.sent;
+    let at = waiter.refused();
+    cmd(&mut conn, &["CLIENT", "UNPAUSE"]).unwrap();
+    assert!(at - sent >= Duration::from_millis(100), "{:?}", at - sent);
+    assert!(
+        at - sent < Duration::from_millis(2_000),
+        "answered only after the pause: {:?}",
+        at - sent
+    );
+    wait_for_waiting(&mut conn, "paused", 0);
+    assert_eq!(info_owner(&mut conn, "paused"), Some(b"holder".to_vec()));
+    assert_eq!(release(&mut conn, "paused", "holder"), 0);
+}

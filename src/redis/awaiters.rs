@@ -1,33 +1,30 @@
 //! Clients blocked in `DLOCK.AWAIT`: the registry of awaiters and the Redis
 //! callbacks that answer them, time them out and notice when they leave.
 //!
-//! Life of an awaiter: [`block`] adds its id to the latch value and blocks
-//! its client with Redis's own timeout; then exactly one of these happens,
-//! and each calls `RedisModule_UnblockClient` exactly once:
+//! Life of an awaiter (the blocked-client rules of [`super::blocked`]):
+//! [`block`] adds its id to the latch value and blocks its client (its
+//! timeout kept by the module, see [`super::timeouts`]); then exactly one
+//! of these happens:
 //! * the latch value is freed ([`answer`], from the type's free callback):
 //!   1 if it opened, 0 if it went away closed (ttl, DEL, FLUSH, eviction);
 //!   also 0 when a flush, RENAME, MOVE or SWAPDB takes it away;
-//! * its timeout passes: the timeout callback takes it out of the latch and
-//!   replies null;
-//! * its connection closes (or CLIENT KILL): the disconnect callback takes it
-//!   out of the latch.
-//!
-//! Redis 7.0 runs due timeouts before replying to clients unblocked in the
-//! same event-loop turn: the timeout callback then sends the answer already
-//! handed to the client instead of null.
+//! * its timeout passes: the scheduler takes it out of the latch
+//!   ([`time_out`]) and it is answered null;
+//! * its connection closes (or CLIENT KILL): it is taken out of the latch;
+//! * `CLIENT UNBLOCK`: it is taken out of the latch and answered null.
 //!
 //! All of this runs on Redis's main thread; the registry is a thread-local.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::os::raw::{c_int, c_longlong, c_void};
+use std::cell::{Cell, RefCell};
+use std::ffi::CStr;
+use std::thread::LocalKey;
 
-use redis_module::raw;
-
-use super::ffi::{api, Ctx, KeyName};
+use super::blocked::{self, BlockedKind, Registry};
+use super::ffi::{Ctx, KeyName};
 use super::latches::{open_latch, LatchKey};
 use super::scheduler;
 use super::stats::{self, Event};
+use super::timeouts::Blocked;
 use crate::commands::CommandError;
 use crate::lock::WaiterId;
 
@@ -38,38 +35,67 @@ pub enum Answer {
     Opened,
     /// The latch disappeared without opening: 0.
     Gone,
+    /// The AWAIT timeout passed: null.
+    TimedOut,
 }
 
 /// Where a blocked awaiter waits.
 struct Record {
-    handle: *mut raw::RedisModuleBlockedClient,
     db: i32,
     key: Box<[u8]>,
 }
 
-#[derive(Default)]
-struct Registry {
-    next_id: WaiterId,
-    records: HashMap<WaiterId, Record>,
-    by_handle: HashMap<usize, WaiterId>,
-}
+/// Latch awaiters, as blocked clients.
+struct Awaiters;
 
 thread_local! {
-    static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
+    static REGISTRY: RefCell<Registry<Awaiters>> = RefCell::new(Registry::default());
+    static NEXT_ID: Cell<WaiterId> = const { Cell::new(0) };
+}
+
+impl BlockedKind for Awaiters {
+    type Record = Record;
+    type Answer = Answer;
+    const REPLY_ERROR: &'static CStr = c"ERR dlock internal error while replying to an awaiter";
+
+    fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
+        &REGISTRY
+    }
+
+    /// An awaiter leaving is taken out of its latch.
+    fn leave(ctx: Ctx, id: WaiterId, record: &Record) {
+        let previous_db = ctx.selected_db();
+        remove_from_latch(ctx, record.db, &record.key, id);
+        ctx.select_db(previous_db);
+    }
+
+    fn timeout_answer() -> Answer {
+        Answer::TimedOut
+    }
+
+    fn timed_out(ctx: Ctx, record: &Record) {
+        let name = ctx.key_name(&record.key);
+        stats::record(ctx, Event::AwaitTimeout, name.name());
+    }
+
+    fn reply(ctx: Ctx, answer: &Answer) {
+        match answer {
+            Answer::Opened => ctx.reply_integer(1),
+            Answer::Gone => ctx.reply_integer(0),
+            Answer::TimedOut => ctx.reply_null(),
+        }
+    }
 }
 
 /// Runs `f` on the registry. Never call Redis inside `f`: a Redis call may
 /// free a latch value, whose callback needs the registry again.
-fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> Option<T> {
-    REGISTRY
-        .try_with(|registry| registry.try_borrow_mut().ok().map(|mut r| f(&mut r)))
-        .ok()
-        .flatten()
+fn with_registry<T>(f: impl FnOnce(&mut Registry<Awaiters>) -> T) -> Option<T> {
+    blocked::with(f)
 }
 
 /// Number of blocked awaiters.
 pub fn blocked_count() -> usize {
-    with_registry(|registry| registry.records.len()).unwrap_or(0)
+    with_registry(|registry| registry.len()).unwrap_or(0)
 }
 
 /// Blocks the calling client on the latch in `key` for up to `timeout_ms`
@@ -80,36 +106,28 @@ pub fn block(
     key: &mut LatchKey,
     timeout_ms: u64,
 ) -> Result<(), CommandError> {
-    let id = with_registry(|registry| {
-        registry.next_id += 1;
-        registry.next_id
-    })
-    .ok_or(CommandError::BlockFailed)?;
+    let id = NEXT_ID
+        .try_with(|next| {
+            next.set(next.get() + 1);
+            next.get()
+        })
+        .map_err(|_| CommandError::BlockFailed)?;
     let latch = key.latch_mut().ok_or(CommandError::BlockFailed)?;
-    let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
-    let handle = api!(RedisModule_BlockClient(
-        ctx.raw(),
-        Some(reply_callback),
-        Some(timeout_callback),
-        Some(free_answer),
-        timeout
-    ) else std::ptr::null_mut());
-    if handle.is_null() {
+    let db = ctx.selected_db();
+    let record = Record {
+        db,
+        key: name.bytes().into(),
+    };
+    // No Redis timeout: the module keeps it (see `super::timeouts`).
+    if !blocked::block::<Awaiters>(ctx, id, record) {
         return Err(CommandError::BlockFailed);
     }
     latch.add_awaiter(id);
     let deadline_ms = latch.deadline_ms();
-    api!(RedisModule_SetDisconnectCallback(handle, Some(disconnect_callback)) else ());
-    let db = ctx.selected_db();
-    let record = Record {
-        handle,
-        db,
-        key: name.bytes().into(),
-    };
-    with_registry(|registry| {
-        registry.by_handle.insert(handle as usize, id);
-        registry.records.insert(id, record);
-    });
+    if timeout_ms > 0 {
+        let now_ms = crate::clock::now_ms();
+        scheduler::time_out_at(now_ms.saturating_add(timeout_ms), Blocked::Awaiter(id));
+    }
     // Redis removes an expired key when it next samples or touches it; the
     // scheduler touches it just after its deadline, so that the awaiters
     // hear of the expiry at once.
@@ -120,24 +138,9 @@ pub fn block(
 /// Answers these awaiters (their latch value is going away).
 pub fn answer(ids: impl IntoIterator<Item = WaiterId>, answer: Answer) {
     for id in ids {
-        unblock(id, answer);
-    }
-}
-
-fn unblock(id: WaiterId, answer: Answer) {
-    let Some(handle) = with_registry(|registry| {
-        let record = registry.records.remove(&id)?;
-        registry.by_handle.remove(&(record.handle as usize));
-        Some(record.handle)
-    })
-    .flatten() else {
-        return;
-    };
-    let reply = Box::into_raw(Box::new(answer)).cast::<c_void>();
-    let status = api!(RedisModule_UnblockClient(handle, reply) else raw::REDISMODULE_ERR as c_int);
-    if status != raw::REDISMODULE_OK as c_int {
-        // SAFETY: Redis did not take the reply; we still own it.
-        drop(unsafe { Box::from_raw(reply.cast::<Answer>()) });
+        if let Some((handle, _)) = blocked::take::<Awaiters>(id) {
+            handle.answer(answer);
+        }
     }
 }
 
@@ -147,10 +150,9 @@ fn unblock(id: WaiterId, answer: Answer) {
 pub fn flush_database(db: i32) {
     let ids: Vec<WaiterId> = with_registry(|registry| {
         registry
-            .records
             .iter()
             .filter(|(_, record)| db == -1 || record.db == db)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect()
     })
     .unwrap_or_default();
@@ -162,10 +164,9 @@ pub fn flush_database(db: i32) {
 pub fn databases_swapped(ctx: Ctx, first: i32, second: i32) {
     let moved: Vec<(WaiterId, i32, Box<[u8]>)> = with_registry(|registry| {
         registry
-            .records
             .iter()
             .filter(|(_, record)| record.db == first || record.db == second)
-            .map(|(id, record)| (*id, record.db, record.key.clone()))
+            .map(|(id, record)| (id, record.db, record.key.clone()))
             .collect()
     })
     .unwrap_or_default();
@@ -196,88 +197,8 @@ fn remove_from_latch(ctx: Ctx, db: i32, key: &[u8], id: WaiterId) {
     }
 }
 
-/// An awaiter left (timeout, disconnect): takes it out of its latch and
-/// releases Redis's handle. `None` if it was no longer waiting.
-fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Box<[u8]>> {
-    let (id, record) = with_registry(|registry| {
-        let id = registry.by_handle.remove(&(handle as usize))?;
-        registry.records.remove(&id).map(|record| (id, record))
-    })
-    .flatten()?;
-    let previous_db = ctx.selected_db();
-    remove_from_latch(ctx, record.db, &record.key, id);
-    ctx.select_db(previous_db);
-    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    Some(record.key)
-}
-
-fn reply_answer(ctx: Ctx, answer: Answer) {
-    match answer {
-        Answer::Opened => ctx.reply_integer(1),
-        Answer::Gone => ctx.reply_integer(0),
-    }
-}
-
-/// The answer handed to `UnblockClient`, if any.
-fn handed_answer(ctx: Ctx) -> Option<Answer> {
-    let data = api!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else std::ptr::null_mut());
-    // SAFETY: the only private data we hand to UnblockClient is a
-    // Box<Answer>, which Redis keeps until free_answer runs.
-    unsafe { data.cast::<Answer>().as_ref() }.copied()
-}
-
-extern "C" fn reply_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let ctx = Ctx::from_raw(ctx);
-    let replied = std::panic::catch_unwind(|| match handed_answer(ctx) {
-        Some(answer) => reply_answer(ctx, answer),
-        None => ctx.reply_null(),
-    });
-    if replied.is_err() {
-        ctx.reply_error(c"ERR dlock internal error while replying to an awaiter");
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-extern "C" fn timeout_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let ctx = Ctx::from_raw(ctx);
-    let replied = std::panic::catch_unwind(|| {
-        if let Some(answer) = handed_answer(ctx) {
-            // Answered in this same event-loop turn, before the timeout ran.
-            reply_answer(ctx, answer);
-            return;
-        }
-        let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
-        if let Some(key) = (!handle.is_null()).then(|| depart(ctx, handle)).flatten() {
-            let name = ctx.key_name(&key);
-            stats::record(ctx, Event::AwaitTimeout, name.name());
-        }
-        ctx.reply_null();
-    });
-    if replied.is_err() {
-        ctx.reply_null();
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-extern "C" fn disconnect_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    handle: *mut raw::RedisModuleBlockedClient,
-) {
-    let ctx = Ctx::from_raw(ctx);
-    let _ = std::panic::catch_unwind(|| depart(ctx, handle));
-}
-
-extern "C" fn free_answer(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: see `handed_answer`; Redis calls this once per handed box.
-        drop(unsafe { Box::from_raw(data.cast::<Answer>()) });
-    }
+/// Awaiter `id`'s timeout passed (the scheduler's timer): it leaves its
+/// latch and is answered null.
+pub fn time_out(ctx: Ctx, id: WaiterId) {
+    blocked::time_out::<Awaiters>(ctx, id);
 }

@@ -328,7 +328,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
         return;
     }
     // Waiters taken out when Redis unlinked the value (see `unlink`).
-    let mut departed = scheduler::take_departed_waiters(value as usize);
+    let (place, mut departed) = scheduler::take_departed_waiters(value as usize);
     if lock.holders().is_empty() && lock.queue().waiter_count() == 0 && departed.is_empty() {
         // The common end of a lock (released, then deleted): nothing to do.
         return;
@@ -350,7 +350,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // they are re-queued at the same key and the head is granted, by a timer
     // (no key may be touched while Redis is freeing one).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let groups = waiters::locate(departed, lease_expired);
+        let groups = waiters::locate(departed, lease_expired, place);
         scheduler::adopt_orphans(groups);
     }));
 }

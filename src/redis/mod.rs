@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod awaiters;
+mod blocked;
 mod command_info;
 pub mod datatype;
 pub mod events;
@@ -16,6 +17,7 @@ pub mod propagation;
 pub mod registry;
 pub mod scheduler;
 pub mod stats;
+pub mod timeouts;
 pub mod tokens;
 pub mod waiters;
 mod wakeup;

@@ -1,6 +1,7 @@
 //! Clients blocked in `DLOCK.MACQUIRE ... BLOCK`: the registry of
-//! multi-key waiters (one waiter, one place in each of its keys' queues)
-//! and the Redis callbacks that answer them.
+//! multi-key waiters (one waiter, one place in each of its keys' queues;
+//! kept by [`super::blocked`], which also holds the Redis callbacks) and
+//! their grant.
 //!
 //! Life of a multi-key waiter: [`block`] queues it at every key in one step
 //! ([`multi::enqueue_all`]) and blocks its client; each key's hand-off stops
@@ -9,65 +10,53 @@
 //! its keys open elsewhere), which grants it on every key at once or leaves
 //! it waiting. Exactly one `RedisModule_UnblockClient` per client: the
 //! grant, a refusal (null: one of its locks went away or moved, or the
-//! server became a replica), its timeout, or its disconnect.
+//! server became a replica), its timeout (kept by the module, see
+//! [`super::timeouts`]; `CLIENT UNBLOCK` runs Redis's timeout callback), or
+//! its disconnect.
 //!
 //! A refused waiter's places are left in the queues: they no longer count
 //! as present, so each key's hand-off drops them when they reach the head
 //! (the keys are settled at once for that). A waiter that leaves by timeout
 //! or disconnect is taken out of every queue at once.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::os::raw::{c_int, c_longlong, c_void};
+use std::cell::{Cell, RefCell};
+use std::thread::LocalKey;
 
-use redis_module::raw;
-
-use super::ffi::{api, Ctx, KeyName, LockKey};
+use super::blocked::{self, BlockedKind, Registry};
+use super::ffi::{Ctx, KeyName, LockKey};
 use super::keyspace::{self, settle, Changes};
 use super::scheduler;
 use super::stats::{self, Event};
-use super::waiters::{self, TIMEOUT_MARGIN_MS};
+use super::timeouts::Blocked;
+use super::waiters;
 use crate::commands::CommandError;
 use crate::lock::{multi, Grant, Lock, Mode, Request, Waiter, WaiterId};
 
 /// Where a blocked multi-key request waits, and for whom.
 struct Record {
-    handle: *mut raw::RedisModuleBlockedClient,
     db: i32,
     owner: Box<[u8]>,
     /// Each key, in the order given, and the waiter's position in its queue.
     places: Vec<(Box<[u8]>, u64)>,
     /// The connection its holds are tied to (SESSION), if any.
     session: Option<u64>,
-    /// When Redis times the client out (ms since the epoch); None: never.
-    times_out_at: Option<u64>,
     /// What it asked for, to queue it again where its place was lost.
     waiter: Waiter,
-    /// A lock value it waited in was deleted (`Some(lease ended)`): its
-    /// place there is found again at the tail, as single-key waiters are
-    /// re-queued.
+    /// A lock value it waited in was freed where its place is unknown (a
+    /// flush; `Some(lease ended)`): its place there is found again at the
+    /// tail. (A value deleted from a known key re-queues its waiters, this
+    /// request among them, in their order: see `waiters::locate`.)
     orphaned: Option<bool>,
 }
 
-#[derive(Default)]
-struct Registry {
-    records: HashMap<WaiterId, Record>,
-    by_handle: HashMap<usize, WaiterId>,
-    /// The request [`try_grant`] is working on (its own keys' hand-offs
-    /// report it ready again; that is no news).
-    trying: Option<WaiterId>,
-}
+/// Multi-key requests, as blocked clients.
+struct MultiWaiters;
 
 thread_local! {
-    static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
-}
-
-/// Runs `f` on the registry; never call Redis inside `f`.
-fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> Option<T> {
-    REGISTRY
-        .try_with(|registry| registry.try_borrow_mut().ok().map(|mut r| f(&mut r)))
-        .ok()
-        .flatten()
+    static REGISTRY: RefCell<Registry<MultiWaiters>> = RefCell::new(Registry::default());
+    /// The request [`try_grant`] is working on (its own keys' hand-offs
+    /// report it ready again; that is no news).
+    static TRYING: Cell<Option<WaiterId>> = const { Cell::new(None) };
 }
 
 /// What a woken client is told.
@@ -77,37 +66,77 @@ enum Outcome {
         grants: Vec<(u64, u64)>,
         owner: Box<[u8]>,
     },
+    /// Null: one of its locks went away or moved, or its timeout passed.
     Refused,
+}
+
+impl BlockedKind for MultiWaiters {
+    type Record = Record;
+    type Answer = Outcome;
+
+    fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
+        &REGISTRY
+    }
+
+    /// A request leaving is taken out of every queue (the scheduler then
+    /// settles each key).
+    fn leave(ctx: Ctx, id: WaiterId, record: &Record) {
+        waiters::leave_queues(ctx, record.db, id, &record.places);
+    }
+
+    fn timeout_answer() -> Outcome {
+        Outcome::Refused
+    }
+
+    fn timed_out(ctx: Ctx, record: &Record) {
+        for (key, _) in &record.places {
+            let name = ctx.key_name(key);
+            stats::record(ctx, Event::Timeout, name.name());
+        }
+    }
+
+    fn reply(ctx: Ctx, outcome: &Outcome) {
+        match outcome {
+            Outcome::Granted { grants, owner } => {
+                ctx.reply_array(grants.len());
+                for (token, holds) in grants {
+                    ctx.reply_array(3);
+                    ctx.reply_count(*token);
+                    ctx.reply_count(*holds);
+                    ctx.reply_bulk(owner);
+                }
+            }
+            Outcome::Refused => ctx.reply_null(),
+        }
+    }
+}
+
+/// Runs `f` on the registry; never call Redis inside `f`.
+fn with_registry<T>(f: impl FnOnce(&mut Registry<MultiWaiters>) -> T) -> Option<T> {
+    blocked::with(f)
 }
 
 /// Whether `id` is a blocked multi-key request.
 pub fn contains(id: WaiterId) -> bool {
-    with_registry(|registry| registry.records.contains_key(&id)).unwrap_or(false)
+    with_registry(|registry| registry.contains(id)).unwrap_or(false)
 }
 
-/// Whether multi-key request `id` still waits and may be granted: not
-/// within [`TIMEOUT_MARGIN_MS`] of its timeout (Redis 7.0 would drop the
-/// reply of a grant made in the turn it times out, leaving every key held).
+/// Whether multi-key request `id` still waits and may be granted.
 pub fn is_waiting(id: WaiterId) -> bool {
-    let now = crate::clock::now_ms();
-    with_registry(|registry| {
-        registry.records.get(&id).is_some_and(|record| {
-            record
-                .times_out_at
-                .is_none_or(|at| at > now.saturating_add(TIMEOUT_MARGIN_MS))
-        })
-    })
-    .unwrap_or(false)
+    contains(id)
 }
 
 /// Number of blocked multi-key requests.
 pub fn blocked_count() -> usize {
-    with_registry(|registry| registry.records.len()).unwrap_or(0)
+    with_registry(|registry| registry.len()).unwrap_or(0)
 }
 
 /// A key's hand-off found request `id` at its head, grantable there.
 pub fn ready_at_a_key(id: WaiterId) {
-    if with_registry(|registry| registry.trying != Some(id)).unwrap_or(false) {
+    if TRYING
+        .try_with(|trying| trying.get() != Some(id))
+        .unwrap_or(false)
+    {
         scheduler::grant_multi_soon(id);
     }
 }
@@ -136,39 +165,29 @@ pub fn block(
     };
     let seqs = multi::enqueue_all(&mut locks, request.owner, &waiter, now_ms)
         .map_err(|_| CommandError::Deadlock)?;
-    let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
-    let handle = api!(RedisModule_BlockClient(
-        ctx.raw(),
-        Some(reply_callback),
-        Some(timeout_callback),
-        Some(free_reply),
-        timeout
-    ) else std::ptr::null_mut());
-    if handle.is_null() {
+    let times_out_at = (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms));
+    let record = Record {
+        db: ctx.selected_db(),
+        owner: request.owner.into(),
+        places: names
+            .iter()
+            .zip(seqs.iter())
+            .map(|(name, seq)| (Box::from(name.bytes()), *seq))
+            .collect(),
+        session: request.session,
+        waiter,
+        orphaned: None,
+    };
+    // No Redis timeout: the module keeps it (see `super::timeouts`).
+    if !blocked::block::<MultiWaiters>(ctx, id, record) {
         for (lock, seq) in locks.iter_mut().zip(&seqs) {
             lock.remove_waiter(*seq, id);
         }
         return Err(CommandError::BlockFailed);
     }
-    api!(RedisModule_SetDisconnectCallback(handle, Some(disconnect_callback)) else ());
-    let record = Record {
-        handle,
-        db: ctx.selected_db(),
-        owner: request.owner.into(),
-        places: names
-            .iter()
-            .zip(seqs)
-            .map(|(name, seq)| (Box::from(name.bytes()), seq))
-            .collect(),
-        session: request.session,
-        times_out_at: (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms)),
-        waiter,
-        orphaned: None,
-    };
-    with_registry(|registry| {
-        registry.by_handle.insert(handle as usize, id);
-        registry.records.insert(id, record);
-    });
+    if let Some(at) = times_out_at {
+        scheduler::time_out_at(at, Blocked::Waiter(id));
+    }
     Ok(())
 }
 
@@ -176,50 +195,62 @@ pub fn block(
 /// grantable everywhere now; settles every key either way. Runs from the
 /// scheduler, where no key is open.
 pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
-    if !is_waiting(id) {
-        return;
-    }
-    let Some((db, owner, places, session, waiter, orphaned)) = with_registry(|registry| {
-        let record = registry.records.get_mut(&id)?;
-        let orphaned = record.orphaned.take();
-        Some((
-            record.db,
-            record.owner.clone(),
-            record.places.clone(),
-            record.session,
-            record.waiter.clone(),
-            orphaned,
-        ))
+    let Some((db, key_names)) = with_registry(|registry| {
+        let record = registry.get(id)?;
+        let keys: Vec<Box<[u8]>> = record.places.iter().map(|(key, _)| key.clone()).collect();
+        Some((record.db, keys))
     })
     .flatten() else {
         return;
     };
-    // In a cluster a deleted value may have moved to another node: only
-    // one that Redis expired (its lease ended here) is re-created here.
-    let may_recreate = orphaned.is_some_and(|lease_expired| lease_expired || !ctx.in_cluster());
     if !ctx.select_db(db) {
         refuse(id);
         return;
     }
-    let names: Vec<_> = places.iter().map(|(key, _)| ctx.key_name(key)).collect();
+    let names: Vec<_> = key_names.iter().map(|key| ctx.key_name(key)).collect();
     let mut keys = Vec::with_capacity(names.len());
     for name in &names {
-        let mut key = match ctx.open_lock(name.name(), true) {
-            Ok(key) => key,
+        match ctx.open_lock(name.name(), true) {
+            Ok(mut key) => {
+                // Opening a key whose lease has ended makes Redis expire it:
+                // its waiters (this request among them) are queued again at
+                // once, in their order.
+                scheduler::adopt_orphans_at(ctx, name.name(), &mut key);
+                keys.push(key);
+            }
             Err(_) => {
                 // The key now holds another type.
                 drop(keys);
                 refuse(id);
                 return;
             }
-        };
+        }
+    }
+    // Read only now: its places may have moved, and a value it waited in
+    // may have been flushed (its place unknown). In a cluster a deleted value
+    // may have moved to another node: only one that Redis expired (its lease
+    // ended here) is re-created here.
+    let Some((owner, places, session, waiter, orphaned)) = with_registry(|registry| {
+        let record = registry.get_mut(id)?;
+        Some((
+            record.owner.clone(),
+            record.places.clone(),
+            record.session,
+            record.waiter.clone(),
+            record.orphaned.take(),
+        ))
+    })
+    .flatten() else {
+        // Refused while its orphaned places were queued again.
+        return;
+    };
+    let may_recreate = orphaned.is_some_and(|lease_expired| lease_expired || !ctx.in_cluster());
+    for key in &mut keys {
         if key.lock().is_none() && (!may_recreate || key.insert(Lock::new()).is_err()) {
-            drop(key);
             drop(keys);
             refuse(id);
             return;
         }
-        keys.push(key);
     }
     if orphaned.is_some() {
         // Find the places lost with a deleted value again, at the tail.
@@ -243,14 +274,14 @@ pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
             }
         }
         with_registry(|registry| {
-            if let Some(record) = registry.records.get_mut(&id) {
+            if let Some(record) = registry.get_mut(id) {
                 for (place, seq) in record.places.iter_mut().zip(seqs) {
                     place.1 = seq;
                 }
             }
         });
     }
-    with_registry(|registry| registry.trying = Some(id));
+    let _ = TRYING.try_with(|trying| trying.set(Some(id)));
     let mut steps: Vec<_> = names.iter().map(|_| keyspace::step(now_ms)).collect();
     let granted = {
         let mut locks: Vec<&mut Lock> = keys.iter_mut().filter_map(LockKey::lock_mut).collect();
@@ -261,12 +292,7 @@ pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
         }
     };
     let handle = match granted {
-        Some(_) => with_registry(|registry| {
-            let record = registry.records.remove(&id)?;
-            registry.by_handle.remove(&(record.handle as usize));
-            Some(record.handle)
-        })
-        .flatten(),
+        Some(_) => blocked::take::<MultiWaiters>(id).map(|(handle, _)| handle),
         None => None,
     };
     for (index, (step, key)) in steps.into_iter().zip(keys.iter_mut()).enumerate() {
@@ -281,7 +307,7 @@ pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
         };
         settle(ctx, name, key, step, changes);
     }
-    with_registry(|registry| registry.trying = None);
+    let _ = TRYING.try_with(|trying| trying.set(None));
     if let (Some(grants), Some(handle)) = (granted, handle) {
         stats::count(Event::MultiHandoff);
         let outcome = Outcome::Granted {
@@ -291,7 +317,7 @@ pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
                 .collect(),
             owner,
         };
-        unblock_handle(handle, outcome);
+        handle.answer(outcome);
     }
 }
 
@@ -305,11 +331,23 @@ fn handoff_event(grant: &Grant) -> Event {
     }
 }
 
-/// A lock value request `id` waited in is being freed (DEL, FLUSH,
-/// eviction, or Redis expiring it when the lease ended): its place there is
-/// queued again (a new lock if needed) by [`try_grant`], soon.
+/// Request `id` was queued again at `key` (its lock value there was deleted
+/// under it), at position `seq`.
+pub fn requeued(id: WaiterId, key: &[u8], seq: u64) {
+    with_registry(|registry| {
+        if let Some(record) = registry.get_mut(id) {
+            for place in record.places.iter_mut().filter(|place| *place.0 == *key) {
+                place.1 = seq;
+            }
+        }
+    });
+}
+
+/// A lock value request `id` waited in is being freed where its place is
+/// unknown (a flush): its place there is queued again (a new lock if
+/// needed) by [`try_grant`], soon.
 pub fn orphaned(id: WaiterId, lease_expired: bool) {
-    let known = with_registry(|registry| match registry.records.get_mut(&id) {
+    let known = with_registry(|registry| match registry.get_mut(id) {
         Some(record) => {
             record.orphaned = Some(record.orphaned.unwrap_or(true) && lease_expired);
             true
@@ -325,142 +363,27 @@ pub fn orphaned(id: WaiterId, lease_expired: bool) {
 /// Answers request `id` null (one of its locks went away or moved): its
 /// places are dropped by each key's next hand-off, which runs at once.
 pub fn refuse(id: WaiterId) {
-    let Some(record) = with_registry(|registry| {
-        let record = registry.records.remove(&id)?;
-        registry.by_handle.remove(&(record.handle as usize));
-        Some(record)
-    })
-    .flatten() else {
+    let Some((handle, record)) = blocked::take::<MultiWaiters>(id) else {
         return;
     };
     let now = crate::clock::now_ms();
     for (key, _) in &record.places {
         scheduler::wake_at(now, record.db, key);
     }
-    unblock_handle(record.handle, Outcome::Refused);
+    handle.answer(Outcome::Refused);
 }
 
 /// The server became a replica: every multi-key request is answered null.
 pub fn refuse_all() {
     let ids: Vec<WaiterId> =
-        with_registry(|registry| registry.records.keys().copied().collect()).unwrap_or_default();
+        with_registry(|registry| registry.iter().map(|(id, _)| id).collect()).unwrap_or_default();
     for id in ids {
         refuse(id);
     }
 }
 
-fn unblock_handle(handle: *mut raw::RedisModuleBlockedClient, outcome: Outcome) {
-    let reply = Box::into_raw(Box::new(outcome)).cast::<c_void>();
-    let status = api!(RedisModule_UnblockClient(handle, reply) else raw::REDISMODULE_ERR as c_int);
-    if status != raw::REDISMODULE_OK as c_int {
-        // SAFETY: Redis did not take the reply; we still own it.
-        drop(unsafe { Box::from_raw(reply.cast::<Outcome>()) });
-    }
-}
-
-/// A request left (timeout, disconnect): takes it out of every queue and
-/// releases Redis's handle. Returns its keys, `None` if it was gone.
-fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Vec<Box<[u8]>>> {
-    let (id, record) = with_registry(|registry| {
-        let id = registry.by_handle.remove(&(handle as usize))?;
-        registry.records.remove(&id).map(|record| (id, record))
-    })
-    .flatten()?;
-    let previous_db = ctx.selected_db();
-    for (key, seq) in &record.places {
-        if let Some((mut lock_key, _name)) = ctx.open_lock_in(record.db, key) {
-            if let Some(lock) = lock_key.lock_mut() {
-                lock.remove_waiter(*seq, id);
-            }
-        }
-    }
-    ctx.select_db(previous_db);
-    // The queues changed: let the scheduler settle each key.
-    let now = crate::clock::now_ms();
-    for (key, _) in &record.places {
-        scheduler::wake_at(now, record.db, key);
-    }
-    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    Some(record.places.into_iter().map(|(key, _)| key).collect())
-}
-
-fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
-    match outcome {
-        Outcome::Granted { grants, owner } => {
-            ctx.reply_array(grants.len());
-            for (token, holds) in grants {
-                ctx.reply_array(3);
-                ctx.reply_count(*token);
-                ctx.reply_count(*holds);
-                ctx.reply_bulk(owner);
-            }
-        }
-        Outcome::Refused => ctx.reply_null(),
-    }
-}
-
-/// The outcome handed to `UnblockClient`, if any.
-fn handed_outcome<'a>(ctx: Ctx) -> Option<&'a Outcome> {
-    let data = api!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else std::ptr::null_mut());
-    // SAFETY: the only private data we hand to UnblockClient is a
-    // Box<Outcome>, which Redis keeps until free_reply runs.
-    unsafe { data.cast::<Outcome>().as_ref() }
-}
-
-extern "C" fn reply_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let ctx = Ctx::from_raw(ctx);
-    let replied = std::panic::catch_unwind(|| match handed_outcome(ctx) {
-        Some(outcome) => reply_outcome(ctx, outcome),
-        None => ctx.reply_null(),
-    });
-    if replied.is_err() {
-        ctx.reply_error(c"ERR dlock internal error while replying to a waiter");
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-extern "C" fn timeout_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let ctx = Ctx::from_raw(ctx);
-    let replied = std::panic::catch_unwind(|| {
-        if let Some(outcome) = handed_outcome(ctx) {
-            // Answered in this same event-loop turn, before the timeout ran.
-            reply_outcome(ctx, outcome);
-            return;
-        }
-        let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
-        if let Some(keys) = (!handle.is_null()).then(|| depart(ctx, handle)).flatten() {
-            for key in keys {
-                let name = ctx.key_name(&key);
-                stats::record(ctx, Event::Timeout, name.name());
-            }
-        }
-        ctx.reply_null();
-    });
-    if replied.is_err() {
-        ctx.reply_null();
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-extern "C" fn disconnect_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    handle: *mut raw::RedisModuleBlockedClient,
-) {
-    let ctx = Ctx::from_raw(ctx);
-    let _ = std::panic::catch_unwind(|| depart(ctx, handle));
-}
-
-extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
-        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
-    }
+/// Request `id`'s BLOCK timeout passed (the scheduler's timer): it leaves
+/// every queue and is answered null. False if `id` is no multi-key request.
+pub fn time_out(ctx: Ctx, id: WaiterId) -> bool {
+    blocked::time_out::<MultiWaiters>(ctx, id)
 }

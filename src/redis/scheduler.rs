@@ -1,7 +1,8 @@
 //! Work that must happen without a client asking: lease-expiry and
 //! reservation-expiry hand-offs, waiters re-queued after their lock value was
 //! deleted (DEL, FLUSHALL, eviction, Redis's own expiry), settling a queue a
-//! waiter left, and releasing SESSION holds of closed connections.
+//! waiter left, releasing SESSION holds of closed connections, and answering
+//! blocked clients whose BLOCK timeout passed (see [`timeouts`]).
 //!
 //! One Redis timer is armed for the earliest due time. Its callback runs on
 //! the main thread with a context that may open keys and replicate, so every
@@ -17,10 +18,12 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use redis_module::raw;
 
 use super::audit::Fact;
+use super::awaiters;
 use super::ffi::{api, Ctx, KeyName, LockKey};
 use super::keyspace::{self, settle, Changes};
 use super::multiwaiters;
 use super::stats::{self, Event};
+use super::timeouts::{self, Blocked};
 use super::waiters::{self, OrphanGroup};
 use super::wakeup;
 use crate::clock;
@@ -30,7 +33,7 @@ use crate::lock::{Lock, Mode, WaiterId};
 /// timers from places that have none (a value's free callback).
 static TIMER_CONTEXT: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
-type Place = (i32, Box<[u8]>);
+pub type Place = (i32, Box<[u8]>);
 
 #[derive(Default)]
 struct Scheduler {
@@ -123,6 +126,10 @@ impl Scheduler {
             || !self.revoked.is_empty()
             || !self.multi_ready.is_empty();
         let first = self.due.first().map(|(at, _, _)| *at);
+        let first = match (first, timeouts::next()) {
+            (Some(key), Some(timeout)) => Some(key.min(timeout)),
+            (key, timeout) => key.or(timeout),
+        };
         if urgent {
             Some(now)
         } else {
@@ -161,6 +168,15 @@ pub fn wake_at(at_ms: u64, db: i32, key: &[u8]) {
     arm();
 }
 
+/// Answers `who` null at `at_ms` (its BLOCK timeout) unless answered before.
+pub fn time_out_at(at_ms: u64, who: Blocked) {
+    // `at_ms` counts from a clock read truncated to the millisecond: the
+    // wait has certainly lasted its whole timeout only once the next
+    // millisecond has begun (Redis's own timeouts are strict the same way).
+    timeouts::add(at_ms.saturating_add(1), who);
+    arm();
+}
+
 /// Waiters of a lock value being freed: re-queue them at their key soon.
 pub fn adopt_orphans(groups: Vec<OrphanGroup>) {
     if groups.is_empty() {
@@ -192,22 +208,24 @@ pub fn depart(
     arm();
 }
 
-/// The value at `value` is being freed: the waiters taken out of it when
-/// it was unlinked, if any (they are its orphans).
-pub fn take_departed_waiters(value: usize) -> Vec<waiters::QueuedWaiter> {
+/// The value at `value` is being freed: the place it was unlinked from and
+/// the waiters taken out of it then, if any (they are its orphans).
+pub fn take_departed_waiters(value: usize) -> (Option<Place>, Vec<waiters::QueuedWaiter>) {
     with_scheduler(|scheduler| {
         if scheduler.departures.is_empty() {
-            return Vec::new();
+            return (None, Vec::new());
         }
+        let mut place = None;
         let mut taken = Vec::new();
         scheduler.departures.retain_mut(|departure| {
             if departure.value != value {
                 return true;
             }
+            place = Some((departure.db, std::mem::take(&mut departure.key)));
             taken.append(&mut departure.waiters);
             false
         });
-        taken
+        (place, taken)
     })
     .unwrap_or_default()
 }
@@ -402,6 +420,10 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     // asserts on it, and a failover in progress relies on the offsets
     // standing still): the work waits until the pause ends.
     if api!(RedisModule_AvoidReplicaTraffic() else 0) != 0 {
+        // Answering a timed-out client changes no data (a queue place is
+        // not replicated; the key is settled after the pause), so timeouts
+        // are kept during a pause, as Redis keeps BLPOP's.
+        let _ = std::panic::catch_unwind(|| answer_due_timeouts(ctx, clock::now_ms()));
         let timer_ctx = TIMER_CONTEXT.load(Ordering::Relaxed);
         let retry = i64::try_from(PAUSE_RETRY_MS).unwrap_or(10);
         let timer = api!(RedisModule_CreateTimer(timer_ctx, retry, Some(on_timer), std::ptr::null_mut()) else 0);
@@ -422,8 +444,10 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
 
 fn run_due(ctx: Ctx) {
     if !ctx.may_act() {
-        // A replica or a loading server: the master decides. Waiters cannot
-        // exist here (their clients were disconnected on demotion).
+        // A replica or a loading server: the master decides. Lock waiters
+        // cannot exist here (their clients were disconnected on demotion);
+        // latch awaiters can (AWAIT reads), and time out here.
+        answer_due_timeouts(ctx, clock::now_ms());
         let departures = with_scheduler(|scheduler| {
             scheduler.due.clear();
             scheduler.pending.clear();
@@ -452,7 +476,25 @@ fn run_due(ctx: Ctx) {
     ctx.select_db(original_db);
 }
 
+/// Answers null every blocked client whose timeout has passed.
+fn answer_due_timeouts(ctx: Ctx, now: u64) {
+    for who in timeouts::take_due(now) {
+        match who {
+            Blocked::Waiter(id) => {
+                if !waiters::time_out(ctx, id) {
+                    multiwaiters::time_out(ctx, id);
+                }
+            }
+            Blocked::Awaiter(id) => awaiters::time_out(ctx, id),
+        }
+    }
+}
+
 fn run_round(ctx: Ctx, now: u64) {
+    // Timeouts first: a client whose wait has ended is answered null, as
+    // Redis answers a BLPOP whose timeout passed before the data came.
+    answer_due_timeouts(ctx, now);
+
     let ready =
         with_scheduler(|scheduler| std::mem::take(&mut scheduler.multi_ready)).unwrap_or_default();
     for id in ready {

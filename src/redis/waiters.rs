@@ -1,72 +1,145 @@
-//! Blocked clients: the registry of clients waiting in lock queues, and the
-//! Redis callbacks that reply to them, time them out and notice when they
-//! disconnect.
+//! Single-key lock waiters: the registry of clients waiting in lock queues
+//! (kept by [`super::blocked`], which also holds the Redis callbacks), and
+//! what happens to them when their lock value goes away.
 //!
 //! Life of a waiter: [`block`] queues it in the lock and blocks its client
-//! with Redis's own timeout; then exactly one of these happens, and each
-//! calls `RedisModule_UnblockClient` exactly once:
+//! (its BLOCK timeout kept by the module, see [`super::timeouts`]); then
+//! exactly one of these happens:
 //! * a hand-off grants it the lock ([`wake`]): the reply callback sends the grant;
-//! * its timeout passes: the timeout callback takes it out of the queue and replies null;
-//! * its connection closes (or CLIENT KILL, or a role change): the
-//!   disconnect callback takes it out of the queue.
+//! * its timeout passes: the scheduler takes it out of the queue ([`time_out`])
+//!   and it is answered null;
+//! * its connection closes (or CLIENT KILL, or a role change): it is taken
+//!   out of the queue;
+//! * `CLIENT UNBLOCK`: it is taken out of the queue and answered null.
 //!
-//! A grant and a timeout can fall into the same event-loop turn: Redis runs
-//! timeouts first, so the timeout callback checks for a grant already handed
-//! to the client and sends that instead of null.
+//! A grant whose reply Redis dropped (a grant and a `CLIENT UNBLOCK` or a
+//! disconnect in one event-loop turn) is taken back when Redis frees it.
 //!
 //! All of this runs on Redis's main thread; the registry is a thread-local.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::os::raw::{c_int, c_longlong, c_void};
+use std::thread::LocalKey;
 
-use redis_module::raw;
-
-use super::ffi::{api, Ctx, KeyName, LockKey};
+use super::blocked::{self, BlockedKind, Registry};
+use super::ffi::{Ctx, KeyName, LockKey};
 use super::scheduler;
 use super::stats::{self, Event};
+use super::timeouts::Blocked;
 use crate::commands::CommandError;
 use crate::lock::{Lock, Mode, Request, Waiter, WaiterGrant, WaiterId};
 
 /// Where a blocked client waits, and what it asked for.
 struct Record {
-    handle: *mut raw::RedisModuleBlockedClient,
     db: i32,
     key: Box<[u8]>,
     /// Its position key in the lock's queue.
     seq: u64,
     owner: Box<[u8]>,
     waiter: Waiter,
-    /// When Redis times the client out (ms since the epoch); None: never.
+    /// When its BLOCK timeout ends (ms since the epoch); None: never.
     times_out_at: Option<u64>,
     /// The blocked client's id (`CLIENT LIST`, `CLIENT KILL ID`).
     client: u64,
 }
 
-/// A waiter whose BLOCK timeout is this close is passed over by hand-offs:
-/// Redis 7.0 runs due timeouts before replying to clients unblocked in the
-/// same event-loop turn, and drops that reply (the grant would be lost while
-/// the lock stays in the waiter's name). It gets null at its timeout instead.
-pub(super) const TIMEOUT_MARGIN_MS: u64 = 10;
-
-#[derive(Default)]
-struct Registry {
-    next_id: WaiterId,
-    records: HashMap<WaiterId, Record>,
-    by_handle: HashMap<usize, WaiterId>,
-}
+/// Single-key lock waiters, as blocked clients.
+struct Waiters;
 
 thread_local! {
-    static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
+    static REGISTRY: RefCell<Registry<Waiters>> = RefCell::new(Registry::default());
+    /// The last waiter id given (single-key and multi-key).
+    static LAST_ID: Cell<WaiterId> = const { Cell::new(0) };
+}
+
+impl BlockedKind for Waiters {
+    type Record = Record;
+    type Answer = Outcome;
+
+    fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
+        &REGISTRY
+    }
+
+    /// A waiter leaving is taken out of its queue (the scheduler then
+    /// settles the key).
+    fn leave(ctx: Ctx, id: WaiterId, record: &Record) {
+        leave_queues(ctx, record.db, id, &[(&record.key, record.seq)]);
+    }
+
+    fn timeout_answer() -> Outcome {
+        Outcome::Refused
+    }
+
+    fn timed_out(ctx: Ctx, record: &Record) {
+        let name = ctx.key_name(&record.key);
+        let fact = super::audit::Fact {
+            owner: &record.owner,
+            token: 0,
+            holds: 0,
+        };
+        stats::record_fact(ctx, Event::Timeout, name.name(), fact);
+    }
+
+    fn reply(ctx: Ctx, outcome: &Outcome) {
+        match outcome {
+            Outcome::Granted {
+                token,
+                holds,
+                owner,
+                delivered,
+                ..
+            } => {
+                delivered.set(true);
+                ctx.reply_array(3);
+                ctx.reply_count(*token);
+                ctx.reply_count(*holds);
+                ctx.reply_bulk(owner);
+            }
+            Outcome::Refused => ctx.reply_null(),
+        }
+    }
+
+    fn freed(outcome: Outcome) {
+        if let Outcome::Granted {
+            token,
+            owner,
+            mode,
+            place: Some((db, key)),
+            delivered,
+            ..
+        } = outcome
+        {
+            if !delivered.get() {
+                // Redis dropped the reply: nobody knows of this hold.
+                scheduler::revoke_grant(db, key, owner, mode, token);
+            }
+        }
+    }
+}
+
+/// Takes waiter `id` (single-key or multi-key) out of the queues at its
+/// places in database `db`: (key, its position there).
+pub(super) fn leave_queues<K: AsRef<[u8]>>(ctx: Ctx, db: i32, id: WaiterId, places: &[(K, u64)]) {
+    let previous_db = ctx.selected_db();
+    for (key, seq) in places {
+        if let Some((mut lock_key, _name)) = ctx.open_lock_in(db, key.as_ref()) {
+            if let Some(lock) = lock_key.lock_mut() {
+                lock.remove_waiter(*seq, id);
+            }
+        }
+    }
+    ctx.select_db(previous_db);
+    // The queues changed: let the scheduler settle each key (delete it if
+    // vacant, hand it on) where propagation is safe.
+    let now_ms = crate::clock::now_ms();
+    for (key, _) in places {
+        scheduler::wake_at(now_ms, db, key.as_ref());
+    }
 }
 
 /// Runs `f` on the registry. Never call Redis inside `f`: a Redis call may
 /// free a lock value, whose callback needs the registry again.
-fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> Option<T> {
-    REGISTRY
-        .try_with(|registry| registry.try_borrow_mut().ok().map(|mut r| f(&mut r)))
-        .ok()
-        .flatten()
+fn with_registry<T>(f: impl FnOnce(&mut Registry<Waiters>) -> T) -> Option<T> {
+    blocked::with(f)
 }
 
 /// What a woken client is told.
@@ -83,28 +156,21 @@ enum Outcome {
         /// UNBLOCK` or a disconnect): such a grant is taken back.
         delivered: Cell<bool>,
     },
-    /// The lock went away under it (its key now holds another type).
+    /// The lock went away under it (its key now holds another type), or
+    /// its BLOCK timeout passed: null.
     Refused,
 }
 
 /// Whether waiter `id` is still blocked and waiting.
 pub fn is_waiting(id: WaiterId) -> bool {
-    let now = crate::clock::now_ms();
-    with_registry(|registry| {
-        registry.records.get(&id).is_some_and(|record| {
-            record
-                .times_out_at
-                .is_none_or(|at| at > now.saturating_add(TIMEOUT_MARGIN_MS))
-        })
-    })
-    .unwrap_or(false)
+    with_registry(|registry| registry.contains(id)).unwrap_or(false)
 }
 
 /// A blocked waiter as `DLOCK.INFO key FULL` shows it: its client id and
 /// when its `BLOCK` timeout ends (None: `BLOCK 0`).
 pub fn describe(id: WaiterId) -> Option<(u64, Option<u64>)> {
     with_registry(|registry| {
-        let record = registry.records.get(&id)?;
+        let record = registry.get(id)?;
         Some((record.client, record.times_out_at))
     })
     .flatten()
@@ -112,16 +178,18 @@ pub fn describe(id: WaiterId) -> Option<(u64, Option<u64>)> {
 
 /// Number of blocked clients.
 pub fn blocked_count() -> usize {
-    with_registry(|registry| registry.records.len()).unwrap_or(0)
+    with_registry(|registry| registry.len()).unwrap_or(0)
 }
 
 /// A new waiter id, never used before by a single-key or a multi-key
 /// waiter (they share the queues, so they share one id space).
 pub(super) fn new_id() -> Option<WaiterId> {
-    with_registry(|registry| {
-        registry.next_id += 1;
-        registry.next_id
-    })
+    LAST_ID
+        .try_with(|last| {
+            last.set(last.get() + 1);
+            last.get()
+        })
+        .ok()
 }
 
 /// Queues `request` in `key`'s lock and blocks the calling client for up to
@@ -145,33 +213,24 @@ pub fn block(
     let seq = lock
         .enqueue_waiter(request.owner, waiter.clone(), now_ms)
         .map_err(|_| CommandError::Deadlock)?;
-    let timeout = c_longlong::try_from(timeout_ms).unwrap_or(c_longlong::MAX);
-    let handle = api!(RedisModule_BlockClient(
-        ctx.raw(),
-        Some(reply_callback),
-        Some(timeout_callback),
-        Some(free_reply),
-        timeout
-    ) else std::ptr::null_mut());
-    if handle.is_null() {
-        lock.remove_waiter(seq, id);
-        return Err(CommandError::BlockFailed);
-    }
-    api!(RedisModule_SetDisconnectCallback(handle, Some(disconnect_callback)) else ());
+    let times_out_at = (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms));
     let record = Record {
-        handle,
         db: ctx.selected_db(),
         key: name.bytes().into(),
         seq,
         owner: request.owner.into(),
         waiter,
-        times_out_at: (timeout_ms > 0).then(|| now_ms.saturating_add(timeout_ms)),
+        times_out_at,
         client: ctx.client_id(),
     };
-    with_registry(|registry| {
-        registry.by_handle.insert(handle as usize, id);
-        registry.records.insert(id, record);
-    });
+    // No Redis timeout: the module keeps it (see `super::timeouts`).
+    if !blocked::block::<Waiters>(ctx, id, record) {
+        lock.remove_waiter(seq, id);
+        return Err(CommandError::BlockFailed);
+    }
+    if let Some(at) = times_out_at {
+        scheduler::time_out_at(at, Blocked::Waiter(id));
+    }
     Ok(())
 }
 
@@ -189,12 +248,7 @@ pub fn wake(grant: WaiterGrant) {
 }
 
 fn unblock(id: WaiterId, mut outcome: Outcome) {
-    let Some(record) = with_registry(|registry| {
-        let record = registry.records.remove(&id)?;
-        registry.by_handle.remove(&(record.handle as usize));
-        Some(record)
-    })
-    .flatten() else {
+    let Some((handle, record)) = blocked::take::<Waiters>(id) else {
         // Not a single-key waiter: a multi-key request taken out of a queue
         // (its lock moved or went away) is answered null.
         if matches!(outcome, Outcome::Refused) {
@@ -203,15 +257,9 @@ fn unblock(id: WaiterId, mut outcome: Outcome) {
         return;
     };
     if let Outcome::Granted { place, .. } = &mut outcome {
-        *place = Some((record.db, record.key.clone()));
+        *place = Some((record.db, record.key));
     }
-    let reply = Box::into_raw(Box::new(outcome)).cast::<c_void>();
-    let status =
-        api!(RedisModule_UnblockClient(record.handle, reply) else raw::REDISMODULE_ERR as c_int);
-    if status != raw::REDISMODULE_OK as c_int {
-        // SAFETY: Redis did not take the reply; we still own it.
-        drop(unsafe { Box::from_raw(reply.cast::<Outcome>()) });
-    }
+    handle.answer(outcome);
 }
 
 /// A waiter taken out of a queue, with its owner.
@@ -226,20 +274,37 @@ pub struct OrphanGroup {
     pub lease_expired: bool,
 }
 
-/// Where each waiter of a dying lock value waited: groups by key, in queue order.
-pub fn locate(waiters: Vec<QueuedWaiter>, lease_expired: bool) -> Vec<OrphanGroup> {
+/// Where each waiter of a dying lock value waited: groups by key, in queue
+/// order. `unlinked_from` is where Redis took the value from, if known.
+///
+/// A multi-key request stays in its key's group, so that it is queued again
+/// in its place among that key's waiters: every queue must keep ordering
+/// multi-key requests as they entered, or two of them could wait on each
+/// other for ever. Only when the place is unknown (a value freed by a
+/// flush) does it find its lost place again itself.
+pub fn locate(
+    waiters: Vec<QueuedWaiter>,
+    lease_expired: bool,
+    unlinked_from: Option<(i32, Box<[u8]>)>,
+) -> Vec<OrphanGroup> {
     let places = waiters.into_iter().filter_map(|(owner, waiter)| {
         let place = with_registry(|registry| {
-            let record = registry.records.get(&waiter.id)?;
+            let record = registry.get(waiter.id)?;
             Some((record.db, record.key.clone()))
         })
         .flatten();
-        let Some((db, key)) = place else {
-            // A multi-key request finds its lost place again itself.
-            super::multiwaiters::orphaned(waiter.id, lease_expired);
-            return None;
+        let place = match place {
+            Some(place) => place,
+            None if super::multiwaiters::contains(waiter.id) => match &unlinked_from {
+                Some(place) => place.clone(),
+                None => {
+                    super::multiwaiters::orphaned(waiter.id, lease_expired);
+                    return None;
+                }
+            },
+            None => return None,
         };
-        Some((db, key, (owner, waiter)))
+        Some((place.0, place.1, (owner, waiter)))
     });
     group_by_key(places, lease_expired)
 }
@@ -269,6 +334,14 @@ fn group_by_key(
 pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>) {
     for (owner, waiter) in waiters {
         let id = waiter.id;
+        if super::multiwaiters::contains(id) {
+            let now_ms = crate::clock::now_ms();
+            match lock.enqueue_waiter(&owner, waiter, now_ms) {
+                Ok(seq) => super::multiwaiters::requeued(id, key, seq),
+                Err(_) => super::multiwaiters::refuse(id),
+            }
+            continue;
+        }
         if !is_waiting(id) {
             continue;
         }
@@ -278,7 +351,7 @@ pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>)
             continue;
         };
         with_registry(|registry| {
-            if let Some(record) = registry.records.get_mut(&id) {
+            if let Some(record) = registry.get_mut(id) {
                 record.db = db;
                 record.key = key.into();
                 record.seq = seq;
@@ -291,10 +364,9 @@ pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>)
 pub fn in_databases(first: i32, second: i32) -> Vec<(WaiterId, i32, Box<[u8]>, u64)> {
     with_registry(|registry| {
         registry
-            .records
             .iter()
             .filter(|(_, record)| record.db == first || record.db == second)
-            .map(|(id, record)| (*id, record.db, record.key.clone(), record.seq))
+            .map(|(id, record)| (id, record.db, record.key.clone(), record.seq))
             .collect()
     })
     .unwrap_or_default()
@@ -312,10 +384,9 @@ pub fn refuse_ids(ids: impl IntoIterator<Item = WaiterId>) {
 pub fn orphan_database(db: i32) -> Vec<OrphanGroup> {
     let mut places: Vec<(i32, Box<[u8]>, u64, QueuedWaiter)> = with_registry(|registry| {
         registry
-            .records
-            .values()
-            .filter(|record| db == -1 || record.db == db)
-            .map(|record| {
+            .iter()
+            .filter(|(_, record)| db == -1 || record.db == db)
+            .map(|(_, record)| {
                 let waiter = (record.owner.clone(), record.waiter.clone());
                 (record.db, record.key.clone(), record.seq, waiter)
             })
@@ -337,7 +408,7 @@ pub fn orphan_database(db: i32) -> Vec<OrphanGroup> {
 pub fn refuse_all() {
     super::multiwaiters::refuse_all();
     let ids: Vec<WaiterId> =
-        with_registry(|registry| registry.records.keys().copied().collect()).unwrap_or_default();
+        with_registry(|registry| registry.iter().map(|(id, _)| id).collect()).unwrap_or_default();
     for id in ids {
         unblock(id, Outcome::Refused);
     }
@@ -351,133 +422,8 @@ pub fn refuse(waiters: Vec<QueuedWaiter>) {
     }
 }
 
-/// A departed waiter's key and owner.
-type Departed = (Box<[u8]>, Box<[u8]>);
-
-/// A waiter left (timeout, disconnect): takes it out of its queue and
-/// releases Redis's handle. Returns its key and owner, or None if it was no
-/// longer waiting.
-fn depart(ctx: Ctx, handle: *mut raw::RedisModuleBlockedClient) -> Option<Departed> {
-    let (id, record) = with_registry(|registry| {
-        let id = registry.by_handle.remove(&(handle as usize))?;
-        registry.records.remove(&id).map(|record| (id, record))
-    })
-    .flatten()?;
-    let previous_db = ctx.selected_db();
-    if let Some((mut key, _name)) = ctx.open_lock_in(record.db, &record.key) {
-        if let Some(lock) = key.lock_mut() {
-            lock.remove_waiter(record.seq, id);
-        }
-    }
-    ctx.select_db(previous_db);
-    // The queue changed: let the scheduler settle the key (delete it if
-    // vacant, hand it on) where propagation is safe.
-    scheduler::wake_at(crate::clock::now_ms(), record.db, &record.key);
-    api!(RedisModule_UnblockClient(handle, std::ptr::null_mut()) else 0);
-    Some((record.key, record.owner))
-}
-
-fn reply_outcome(ctx: Ctx, outcome: &Outcome) {
-    match outcome {
-        Outcome::Granted {
-            token,
-            holds,
-            owner,
-            delivered,
-            ..
-        } => {
-            delivered.set(true);
-            ctx.reply_array(3);
-            ctx.reply_count(*token);
-            ctx.reply_count(*holds);
-            ctx.reply_bulk(owner);
-        }
-        Outcome::Refused => ctx.reply_null(),
-    }
-}
-
-/// The outcome handed to `UnblockClient`, if any.
-fn handed_outcome<'a>(ctx: Ctx) -> Option<&'a Outcome> {
-    let data = api!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else std::ptr::null_mut());
-    // SAFETY: the only private data we hand to UnblockClient is a
-    // Box<Outcome>, which Redis keeps until free_reply runs.
-    unsafe { data.cast::<Outcome>().as_ref() }
-}
-
-extern "C" fn reply_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let ctx = Ctx::from_raw(ctx);
-    let replied = std::panic::catch_unwind(|| match handed_outcome(ctx) {
-        Some(outcome) => reply_outcome(ctx, outcome),
-        None => ctx.reply_null(),
-    });
-    if replied.is_err() {
-        ctx.reply_error(c"ERR dlock internal error while replying to a waiter");
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-extern "C" fn timeout_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let ctx = Ctx::from_raw(ctx);
-    let replied = std::panic::catch_unwind(|| {
-        if let Some(outcome) = handed_outcome(ctx) {
-            // Granted in this same event-loop turn, before the timeout ran.
-            reply_outcome(ctx, outcome);
-            return;
-        }
-        let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
-        if let Some((key, owner)) = (!handle.is_null()).then(|| depart(ctx, handle)).flatten() {
-            let name = ctx.key_name(&key);
-            let fact = super::audit::Fact {
-                owner: &owner,
-                token: 0,
-                holds: 0,
-            };
-            stats::record_fact(ctx, Event::Timeout, name.name(), fact);
-        }
-        ctx.reply_null();
-    });
-    if replied.is_err() {
-        ctx.reply_null();
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-extern "C" fn disconnect_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    handle: *mut raw::RedisModuleBlockedClient,
-) {
-    let ctx = Ctx::from_raw(ctx);
-    let _ = std::panic::catch_unwind(|| depart(ctx, handle));
-}
-
-extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if data.is_null() {
-        return;
-    }
-    // SAFETY: see `handed_outcome`; Redis calls this once per handed box.
-    let outcome = unsafe { Box::from_raw(data.cast::<Outcome>()) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if let Outcome::Granted {
-            token,
-            owner,
-            mode,
-            place: Some((db, key)),
-            delivered,
-            ..
-        } = *outcome
-        {
-            if !delivered.get() {
-                // Redis dropped the reply: nobody knows of this hold.
-                scheduler::revoke_grant(db, key, owner, mode, token);
-            }
-        }
-    }));
+/// Waiter `id`'s BLOCK timeout passed (the scheduler's timer): it leaves
+/// its queue and is answered null. False if `id` is no single-key waiter.
+pub fn time_out(ctx: Ctx, id: WaiterId) -> bool {
+    blocked::time_out::<Waiters>(ctx, id)
 }
