@@ -7,6 +7,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::unix::io::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use crate::Res;
@@ -202,6 +203,17 @@ impl Conn {
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// The socket's descriptor (to register it with a `sys::Poller`).
+    pub fn raw_fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// Whether a reply is already buffered, or part of one (a poller only
+    /// reports what is still in the socket).
+    pub fn has_buffered(&self) -> bool {
+        self.start < self.end
     }
 
     /// Closes the connection at once.

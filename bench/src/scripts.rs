@@ -308,8 +308,8 @@ return 1";
 
 /// Count-down of a latch, the steps of RedissonCountDownLatch.countDown: a
 /// plain counter; the count-down that reaches zero deletes it and
-/// publishes, and awaiters subscribed to the channel re-read the counter.
-/// Replies the remaining count.
+/// publishes the zero-count message, and awaiters subscribed to the
+/// channel re-read the counter. Replies nothing (nil), as Redisson's does.
 /// KEYS: counter, channel. ARGV: message.
 pub const LATCH_COUNT_DOWN: &str = "\
 local left = redis.call('decr', KEYS[1]) \
@@ -318,8 +318,19 @@ if left <= 0 then \
 end \
 if left == 0 then \
     redis.call('publish', KEYS[2], ARGV[1]) \
+end";
+
+/// RedissonCountDownLatch.trySetCount: sets the counter only when it does
+/// not exist, and publishes the new-count message. Replies 1 when set, 0
+/// when it existed.
+/// KEYS: counter, channel. ARGV: message, count.
+pub const LATCH_TRY_SET: &str = "\
+if redis.call('exists', KEYS[1]) == 0 then \
+    redis.call('set', KEYS[1], ARGV[2]) \
+    redis.call('publish', KEYS[2], ARGV[1]) \
+    return 1 \
 end \
-return left";
+return 0";
 
 /// The SHA1 of each script, as SCRIPT LOAD returned it.
 #[derive(Clone, Debug)]
@@ -336,6 +347,7 @@ pub struct Scripts {
     pub sem_acquire: String,
     pub sem_release: String,
     pub latch_count_down: String,
+    pub latch_try_set: String,
 }
 
 impl Scripts {
@@ -359,6 +371,7 @@ impl Scripts {
             sem_acquire: load(SEM_ACQUIRE)?,
             sem_release: load(SEM_RELEASE)?,
             latch_count_down: load(LATCH_COUNT_DOWN)?,
+            latch_try_set: load(LATCH_TRY_SET)?,
         })
     }
 }

@@ -1,10 +1,12 @@
 //! The few operating-system calls the bench needs that std does not offer:
 //! raising the open-file limit (10,000 blocked clients), pinning the load
-//! generators to a core, and tying child processes to the bench's life.
+//! generators to a core, tying child processes to the bench's life, and
+//! epoll (one thread reading many sockets in the order their data arrives).
 //! Linux only, like the module's deployment target.
 
 use std::io;
 use std::os::raw::{c_int, c_ulong};
+use std::time::Duration;
 
 #[repr(C)]
 struct RLimit {
@@ -17,6 +19,10 @@ extern "C" {
     fn setrlimit(resource: c_int, rlim: *const RLimit) -> c_int;
     fn prctl(option: c_int, ...) -> c_int;
     fn sched_setaffinity(pid: c_int, size: usize, mask: *const u64) -> c_int;
+    fn epoll_create1(flags: c_int) -> c_int;
+    fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut EpollEvent) -> c_int;
+    fn epoll_wait(epfd: c_int, events: *mut EpollEvent, max: c_int, timeout_ms: c_int) -> c_int;
+    fn close(fd: c_int) -> c_int;
 }
 
 const RLIMIT_NOFILE: c_int = 7;
@@ -71,5 +77,88 @@ pub fn die_with_parent() -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// `struct epoll_event`: packed on x86_64, naturally aligned elsewhere.
+#[cfg_attr(target_arch = "x86_64", repr(C, packed))]
+#[cfg_attr(not(target_arch = "x86_64"), repr(C))]
+#[derive(Clone, Copy)]
+struct EpollEvent {
+    events: u32,
+    data: u64,
+}
+
+const EPOLL_CLOEXEC: c_int = 0o2_000_000;
+const EPOLL_CTL_ADD: c_int = 1;
+const EPOLLIN: u32 = 0x001;
+
+/// A level-triggered epoll set of sockets waited on for input, each with a
+/// token of the caller's choosing. Waiting costs the same however many
+/// sockets are registered, so designs with more sockets are not charged for
+/// them.
+pub struct Poller {
+    fd: c_int,
+    events: Vec<EpollEvent>,
+}
+
+impl Poller {
+    pub fn new(capacity: usize) -> io::Result<Poller> {
+        // SAFETY: plain syscall wrapper without pointers.
+        let fd = unsafe { epoll_create1(EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Poller {
+            fd,
+            events: vec![EpollEvent { events: 0, data: 0 }; capacity.max(1)],
+        })
+    }
+
+    /// Watches `socket` for input, reported as `token`.
+    pub fn add(&mut self, socket: c_int, token: u64) -> io::Result<()> {
+        let mut event = EpollEvent {
+            events: EPOLLIN,
+            data: token,
+        };
+        // SAFETY: a valid pointer to a local epoll_event.
+        if unsafe { epoll_ctl(self.fd, EPOLL_CTL_ADD, socket, &mut event) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for input on any socket; appends the tokens
+    /// of the readable ones to `ready` (none when the time ran out).
+    pub fn wait(&mut self, timeout: Duration, ready: &mut Vec<u64>) -> io::Result<()> {
+        let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as c_int;
+        loop {
+            // SAFETY: `events` has room for the count given.
+            let n = unsafe {
+                epoll_wait(
+                    self.fd,
+                    self.events.as_mut_ptr(),
+                    self.events.len() as c_int,
+                    timeout_ms,
+                )
+            };
+            if n >= 0 {
+                ready.extend(self.events[..n as usize].iter().map(|e| e.data));
+                return Ok(());
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        // SAFETY: closes the epoll descriptor this value owns, once.
+        unsafe {
+            close(self.fd);
+        }
     }
 }
