@@ -58,6 +58,10 @@ impl BlockedKind for Awaiters {
     type Answer = Answer;
     const REPLY_ERROR: &'static CStr = c"ERR dlock internal error while replying to an awaiter";
 
+    fn deadline_key(id: WaiterId) -> Blocked {
+        Blocked::Awaiter(id)
+    }
+
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
         &REGISTRY
     }

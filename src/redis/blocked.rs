@@ -41,6 +41,7 @@ use std::thread::LocalKey;
 use redis_module::raw;
 
 use super::ffi::{api, Ctx};
+use super::timeouts::{self, Blocked};
 use crate::lock::WaiterId;
 
 /// One kind of blocked client: its record, its answer and its hooks.
@@ -54,6 +55,9 @@ pub trait BlockedKind: Sized + 'static {
 
     /// The kind's registry (a thread-local of its own file).
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>>;
+
+    /// How client `id` is known to the timeout table ([`timeouts`]).
+    fn deadline_key(id: WaiterId) -> Blocked;
 
     /// Takes client `id`, just removed from the registry, out of where it
     /// waits. Its client is still blocked.
@@ -141,6 +145,8 @@ impl<K: BlockedKind> Registry<K> {
 
     fn remove(&mut self, id: WaiterId) -> Option<(Handle<K>, K::Record)> {
         let entry = self.records.remove(&id)?;
+        // Its wait ends here, whatever ends it: no timeout is due any more.
+        timeouts::remove(K::deadline_key(id));
         self.by_handle.remove(&(entry.handle as usize));
         let handle = Handle {
             raw: entry.handle,

@@ -74,6 +74,10 @@ impl BlockedKind for MultiWaiters {
     type Record = Record;
     type Answer = Outcome;
 
+    fn deadline_key(id: WaiterId) -> Blocked {
+        Blocked::Waiter(id)
+    }
+
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
         &REGISTRY
     }

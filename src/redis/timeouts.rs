@@ -16,17 +16,21 @@
 //! `RedisModule_UnblockClient` with its answer, and that answer is always
 //! delivered.
 //!
+//! A client answered otherwise (granted, refused, gone) leaves this table
+//! at once (`super::blocked` removes it as it leaves its registry), so the
+//! timer never wakes for a wait that has already ended.
+//!
 //! This is the bottom layer of the blocked-client code: it knows ids and
 //! instants, nothing of Redis.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::lock::WaiterId;
 
 /// Who waits: lock waiters (single-key and multi-key share one id space)
 /// and latch awaiters have ids of their own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Blocked {
     /// A client blocked in `DLOCK.ACQUIRE`/`DLOCK.FAIR`/`DLOCK.MACQUIRE`.
     Waiter(WaiterId),
@@ -34,44 +38,64 @@ pub enum Blocked {
     Awaiter(WaiterId),
 }
 
-thread_local! {
-    /// (deadline in ms since the epoch, who): entries of clients answered
-    /// otherwise stay until their deadline and are then ignored (ids are
-    /// never reused).
-    static DEADLINES: RefCell<BTreeSet<(u64, Blocked)>> = const { RefCell::new(BTreeSet::new()) };
+/// The deadlines of the blocked clients that have one.
+#[derive(Default)]
+struct Deadlines {
+    /// (deadline in ms since the epoch, who), earliest first.
+    by_time: BTreeSet<(u64, Blocked)>,
+    /// Each client's deadline, to forget it when it is answered otherwise
+    /// (a stale entry would wake the timer for nothing at its deadline).
+    by_client: HashMap<Blocked, u64>,
 }
 
-fn with_deadlines<T>(f: impl FnOnce(&mut BTreeSet<(u64, Blocked)>) -> T) -> Option<T> {
+thread_local! {
+    static DEADLINES: RefCell<Option<Deadlines>> = const { RefCell::new(None) };
+}
+
+fn with_deadlines<T>(f: impl FnOnce(&mut Deadlines) -> T) -> Option<T> {
     DEADLINES
-        .try_with(|deadlines| deadlines.try_borrow_mut().ok().map(|mut d| f(&mut d)))
+        .try_with(|deadlines| {
+            let mut deadlines = deadlines.try_borrow_mut().ok()?;
+            Some(f(deadlines.get_or_insert_with(Deadlines::default)))
+        })
         .ok()
         .flatten()
 }
 
 /// `who` is answered null at `at_ms` unless answered before.
 pub fn add(at_ms: u64, who: Blocked) {
-    with_deadlines(|deadlines| deadlines.insert((at_ms, who)));
+    with_deadlines(|deadlines| {
+        if let Some(previous) = deadlines.by_client.insert(who, at_ms) {
+            deadlines.by_time.remove(&(previous, who));
+        }
+        deadlines.by_time.insert((at_ms, who));
+    });
 }
 
-/// `who`, due at `at_ms`, was answered otherwise.
-pub fn remove(at_ms: u64, who: Blocked) {
-    with_deadlines(|deadlines| deadlines.remove(&(at_ms, who)));
+/// `who` was answered otherwise (or never had a deadline).
+pub fn remove(who: Blocked) {
+    with_deadlines(|deadlines| {
+        if let Some(at) = deadlines.by_client.remove(&who) {
+            deadlines.by_time.remove(&(at, who));
+        }
+    });
 }
 
 /// The earliest deadline, if any.
 pub fn next() -> Option<u64> {
-    with_deadlines(|deadlines| deadlines.first().map(|(at, _)| *at)).flatten()
+    with_deadlines(|deadlines| deadlines.by_time.first().map(|(at, _)| *at)).flatten()
 }
 
 /// Every client whose deadline is `now_ms` or earlier, taken out.
 pub fn take_due(now_ms: u64) -> Vec<Blocked> {
     with_deadlines(|deadlines| {
         let mut due = Vec::new();
-        while let Some(&(at, who)) = deadlines.first() {
+        while let Some(&(at, who)) = deadlines.by_time.first() {
             if at > now_ms {
                 break;
             }
-            deadlines.pop_first();
+            deadlines.by_time.pop_first();
+            deadlines.by_client.remove(&who);
             due.push(who);
         }
         due
@@ -89,13 +113,17 @@ mod tests {
         add(10, Blocked::Awaiter(1));
         add(20, Blocked::Waiter(2));
         add(40, Blocked::Waiter(4));
-        remove(40, Blocked::Waiter(4));
+        add(50, Blocked::Waiter(5));
+        remove(Blocked::Waiter(4));
+        remove(Blocked::Waiter(6));
         assert_eq!(next(), Some(10));
         assert_eq!(take_due(9), vec![]);
         assert_eq!(
             take_due(30),
             vec![Blocked::Awaiter(1), Blocked::Waiter(2), Blocked::Waiter(3)]
         );
+        assert_eq!(next(), Some(50));
+        remove(Blocked::Waiter(5));
         assert_eq!(take_due(u64::MAX), vec![]);
         assert_eq!(next(), None);
     }

@@ -55,6 +55,10 @@ impl BlockedKind for Waiters {
     type Record = Record;
     type Answer = Outcome;
 
+    fn deadline_key(id: WaiterId) -> Blocked {
+        Blocked::Waiter(id)
+    }
+
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
         &REGISTRY
     }
