@@ -453,6 +453,18 @@ pub fn run(config: &Config) -> Res<Section> {
             goal: ">= 3.00x".into(),
             met: true,
         });
+    } else if !paired_rate.is_finite() {
+        // Some runs of Redisson's algorithm completed none (a ratio with no
+        // denominator): compare what each design completed over all runs.
+        let over_all = dlock_completed as f64 / redisson_completed.max(1) as f64;
+        section.targets.push(Target {
+            what: TARGET_RATE.into(),
+            measured: format!(
+                "{over_all:.0}x ({dlock_completed} against {redisson_completed} multi-locks over all runs; some runs of Redisson's algorithm completed none)"
+            ),
+            goal: ">= 3.00x".into(),
+            met: over_all >= 3.0,
+        });
     } else {
         section
             .targets
