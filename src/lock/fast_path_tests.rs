@@ -8,6 +8,7 @@
 //! gives, with nothing else in the step for the adapter to act on; whenever
 //! it does not apply, it must change nothing and issue no token.
 
+use super::test_ops::{want as any_want, Op};
 use super::*;
 use proptest::prelude::*;
 use std::cell::Cell;
@@ -18,33 +19,12 @@ const OWNERS: [&[u8]; 3] = [
     b"a-much-longer-owner-name-that-is-stored-on-the-heap",
 ];
 
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Acquire { owner: usize, want: Want, ttl: u64 },
-    Block { owner: usize, want: Want, ttl: u64 },
-    Fair { owner: usize, want: Want, ttl: u64 },
-    Release { owner: usize, mode: Mode },
-    Renew { owner: usize, ttl: u64 },
-    Leave { nth: usize },
-    Wait { ms: u64 },
-}
-
-fn want() -> impl Strategy<Value = Want> {
-    prop_oneof![
-        Just(Want::EXCLUSIVE),
-        prop_oneof![Just(None), (1..3u32).prop_map(Some)].prop_map(|limit| Want {
-            mode: Mode::Shared,
-            limit
-        }),
-    ]
-}
-
 fn op() -> impl Strategy<Value = Op> {
     let owner = 0..OWNERS.len();
     prop_oneof![
-        3 => (owner.clone(), want(), 1..60u64).prop_map(|(owner, want, ttl)| Op::Acquire { owner, want, ttl }),
-        1 => (owner.clone(), want(), 1..60u64).prop_map(|(owner, want, ttl)| Op::Block { owner, want, ttl }),
-        1 => (owner.clone(), want(), 1..60u64).prop_map(|(owner, want, ttl)| Op::Fair { owner, want, ttl }),
+        3 => (owner.clone(), any_want(3), 1..60u64).prop_map(|(owner, want, ttl)| Op::Acquire { owner, want, ttl }),
+        1 => (owner.clone(), any_want(3), 1..60u64).prop_map(|(owner, want, ttl)| Op::Block { owner, want, ttl }),
+        1 => (owner.clone(), any_want(3), 1..60u64).prop_map(|(owner, want, ttl)| Op::Fair { owner, want, ttl }),
         3 => (owner.clone(), prop_oneof![Just(Mode::Exclusive), Just(Mode::Shared)])
             .prop_map(|(owner, mode)| Op::Release { owner, mode }),
         1 => (owner, 1..60u64).prop_map(|(owner, ttl)| Op::Renew { owner, ttl }),

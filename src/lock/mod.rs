@@ -983,4 +983,6 @@ mod queue_time_tests;
 #[cfg(test)]
 mod shared_tests;
 #[cfg(test)]
+mod test_ops;
+#[cfg(test)]
 mod tests;

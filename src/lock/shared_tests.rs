@@ -14,6 +14,7 @@
 //! * tokens strictly increase with every new hold or upgrade;
 //! * an immediate request is granted exactly when the rules allow it.
 
+use super::test_ops::{want as any_want, Op};
 use super::*;
 use proptest::prelude::*;
 use std::cell::Cell;
@@ -25,40 +26,27 @@ const OWNERS: [&[u8]; 4] = [b"p", b"q", b"r", b"s"];
 type StoredHold = (Box<[u8]>, u64, u64, u64, u64);
 const RESERVATION_MS: u64 = 30;
 
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Acquire { owner: usize, want: Want, ttl: u64 },
-    Block { owner: usize, want: Want, ttl: u64 },
-    Fair { owner: usize, want: Want, ttl: u64 },
-    Release { owner: usize, mode: Mode },
-    Renew { owner: usize, ttl: u64 },
-    Leave { nth: usize },
-    Wait { ms: u64 },
-}
-
-fn want() -> impl Strategy<Value = Want> {
-    prop_oneof![
-        Just(Want::EXCLUSIVE),
-        prop_oneof![Just(None), (1..4u32).prop_map(Some)].prop_map(|limit| Want {
-            mode: Mode::Shared,
-            limit
-        }),
-    ]
-}
-
 fn mode() -> impl Strategy<Value = Mode> {
     prop_oneof![Just(Mode::Exclusive), Just(Mode::Shared)]
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0..4usize, want(), 1..60u64).prop_map(|(owner, want, ttl)| Op::Acquire {
+        (0..4usize, any_want(4), 1..60u64).prop_map(|(owner, want, ttl)| Op::Acquire {
             owner,
             want,
             ttl
         }),
-        (0..4usize, want(), 1..60u64).prop_map(|(owner, want, ttl)| Op::Block { owner, want, ttl }),
-        (0..4usize, want(), 1..60u64).prop_map(|(owner, want, ttl)| Op::Fair { owner, want, ttl }),
+        (0..4usize, any_want(4), 1..60u64).prop_map(|(owner, want, ttl)| Op::Block {
+            owner,
+            want,
+            ttl
+        }),
+        (0..4usize, any_want(4), 1..60u64).prop_map(|(owner, want, ttl)| Op::Fair {
+            owner,
+            want,
+            ttl
+        }),
         (0..4usize, mode()).prop_map(|(owner, mode)| Op::Release { owner, mode }),
         (0..4usize, 1..60u64).prop_map(|(owner, ttl)| Op::Renew { owner, ttl }),
         (0..8usize).prop_map(|nth| Op::Leave { nth }),

@@ -1,0 +1,29 @@
+//! Random operations on one lock, shared by the property tests that replay
+//! them against a model or against another path (`shared_tests`,
+//! `fast_path_tests`).
+
+use super::{Mode, Want};
+use proptest::prelude::*;
+
+/// One operation by owner number `owner` (an index into the test's owners).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Op {
+    Acquire { owner: usize, want: Want, ttl: u64 },
+    Block { owner: usize, want: Want, ttl: u64 },
+    Fair { owner: usize, want: Want, ttl: u64 },
+    Release { owner: usize, mode: Mode },
+    Renew { owner: usize, ttl: u64 },
+    Leave { nth: usize },
+    Wait { ms: u64 },
+}
+
+/// Exclusive, or shared without a limit or with a LIMIT below `limits_below`.
+pub(super) fn want(limits_below: u32) -> impl Strategy<Value = Want> {
+    prop_oneof![
+        Just(Want::EXCLUSIVE),
+        prop_oneof![Just(None), (1..limits_below).prop_map(Some)].prop_map(|limit| Want {
+            mode: Mode::Shared,
+            limit
+        }),
+    ]
+}
