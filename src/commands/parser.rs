@@ -135,32 +135,24 @@ pub fn parse_i64(text: &[u8]) -> Option<i64> {
         [b'0', ..] => return None,
         _ => {}
     }
-    if digits.len() <= 18 {
-        // At most 18 digits cannot overflow: no checked arithmetic (a ttl
-        // is parsed on every acquire).
-        let mut value: i64 = 0;
-        for &digit in digits {
-            if !digit.is_ascii_digit() {
-                return None;
-            }
-            value = value * 10 + i64::from(digit - b'0');
-        }
-        return Some(if negative { -value } else { value });
+    // At most 19 digits fit a u64 without overflow (10^19 - 1 < 2^64), so
+    // the loop needs no checked arithmetic (a ttl is parsed on every
+    // acquire); the range of i64 is checked once at the end.
+    if digits.len() > 19 {
+        return None;
     }
-    let mut value: i64 = 0;
+    let mut magnitude: u64 = 0;
     for &digit in digits {
         if !digit.is_ascii_digit() {
             return None;
         }
-        let digit = i64::from(digit - b'0');
-        value = value.checked_mul(10)?;
-        value = if negative {
-            value.checked_sub(digit)?
-        } else {
-            value.checked_add(digit)?
-        };
+        magnitude = magnitude * 10 + u64::from(digit - b'0');
     }
-    Some(value)
+    if negative {
+        0i64.checked_sub_unsigned(magnitude)
+    } else {
+        i64::try_from(magnitude).ok()
+    }
 }
 
 /// Compares an option name case-insensitively.

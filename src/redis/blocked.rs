@@ -56,8 +56,11 @@ pub trait BlockedKind: Sized + 'static {
     /// The kind's registry (a thread-local of its own file).
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>>;
 
-    /// How client `id` is known to the timeout table ([`timeouts`]).
-    fn deadline_key(id: WaiterId) -> Blocked;
+    /// How client `id` is known to the timeout table ([`timeouts`]): lock
+    /// waiters, single- and multi-key, share one id space.
+    fn deadline_key(id: WaiterId) -> Blocked {
+        Blocked::Waiter(id)
+    }
 
     /// Takes client `id`, just removed from the registry, out of where it
     /// waits. Its client is still blocked.

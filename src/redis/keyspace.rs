@@ -5,7 +5,7 @@ use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
 use super::{grace, multiwaiters, scheduler, tokens, waiters};
-use crate::lock::{self, HolderEffect, Lock, Mode, Step, WaiterId, Want};
+use crate::lock::{self, Grant, HolderEffect, Lock, Mode, Step, WaiterId, Want};
 
 /// What a caller changed in the lock, besides its holds (which the
 /// [`Step`] records), before settling it.
@@ -57,12 +57,7 @@ pub fn settle(
         stats::record_fact(ctx, Event::Expire, name, fact);
     }
     for grant in &step.woken {
-        let event = match (grant.grant.reentry, grant.grant.mode) {
-            (true, Mode::Exclusive) => Event::Reenter,
-            (true, Mode::Shared) => Event::ReenterShared,
-            (false, Mode::Exclusive) => Event::Handoff,
-            (false, Mode::Shared) => Event::HandoffShared,
-        };
+        let event = handoff_event(&grant.grant);
         let fact = Fact {
             owner: &grant.owner,
             token: grant.grant.token,
@@ -136,6 +131,16 @@ pub fn settle_vacated(ctx: Ctx, name: KeyName, key: &mut LockKey) {
     ctx.replicate_delete(name);
 }
 
+/// The event a key publishes when a waiter is granted it from the queue.
+pub fn handoff_event(grant: &Grant) -> Event {
+    match (grant.reentry, grant.mode) {
+        (true, Mode::Exclusive) => Event::Reenter,
+        (true, Mode::Shared) => Event::ReenterShared,
+        (false, Mode::Exclusive) => Event::Handoff,
+        (false, Mode::Shared) => Event::HandoffShared,
+    }
+}
+
 /// Propagates the holders a step changed (see [`Lock::holder_effects`]).
 fn replicate_holders(ctx: Ctx, name: KeyName, lock: &Lock, step: &mut Step<'_>) {
     lock.holder_effects(step, |effect| match effect {
@@ -154,7 +159,7 @@ pub fn step(now_ms: u64) -> Step<'static> {
 
 /// Whether a queued waiter, single-key or multi-key, still waits.
 fn is_waiting(id: WaiterId) -> bool {
-    waiters::is_waiting(id) || multiwaiters::is_waiting(id)
+    waiters::is_waiting(id) || multiwaiters::contains(id)
 }
 
 /// A command's step at `now_us` (the clock read once for the whole

@@ -30,7 +30,7 @@ use super::stats::{self, Event};
 use super::timeouts::Blocked;
 use super::waiters;
 use crate::commands::CommandError;
-use crate::lock::{multi, Grant, Lock, Mode, Request, Waiter, WaiterId};
+use crate::lock::{multi, Lock, Request, Waiter, WaiterId};
 
 /// Where a blocked multi-key request waits, and for whom.
 struct Record {
@@ -73,10 +73,6 @@ enum Outcome {
 impl BlockedKind for MultiWaiters {
     type Record = Record;
     type Answer = Outcome;
-
-    fn deadline_key(id: WaiterId) -> Blocked {
-        Blocked::Waiter(id)
-    }
 
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
         &REGISTRY
@@ -123,11 +119,6 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry<MultiWaiters>) -> T) -> Option<
 /// Whether `id` is a blocked multi-key request.
 pub fn contains(id: WaiterId) -> bool {
     with_registry(|registry| registry.contains(id)).unwrap_or(false)
-}
-
-/// Whether multi-key request `id` still waits and may be granted.
-pub fn is_waiting(id: WaiterId) -> bool {
-    contains(id)
 }
 
 /// Number of blocked multi-key requests.
@@ -303,7 +294,7 @@ pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
         let name = names[index].name();
         let grant = granted.as_ref().and_then(|grants| grants.get(index));
         if let Some(grant) = grant {
-            stats::record(ctx, handoff_event(grant), name);
+            stats::record(ctx, keyspace::handoff_event(grant), name);
         }
         let changes = Changes {
             session: session.filter(|_| grant.is_some_and(|grant| !grant.reentry)),
@@ -322,16 +313,6 @@ pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
             owner,
         };
         handle.answer(outcome);
-    }
-}
-
-/// The event a key publishes when a blocked request is granted there.
-fn handoff_event(grant: &Grant) -> Event {
-    match (grant.reentry, grant.mode) {
-        (true, Mode::Exclusive) => Event::Reenter,
-        (true, Mode::Shared) => Event::ReenterShared,
-        (false, Mode::Exclusive) => Event::Handoff,
-        (false, Mode::Shared) => Event::HandoffShared,
     }
 }
 

@@ -55,10 +55,6 @@ impl BlockedKind for Waiters {
     type Record = Record;
     type Answer = Outcome;
 
-    fn deadline_key(id: WaiterId) -> Blocked {
-        Blocked::Waiter(id)
-    }
-
     fn registry() -> &'static LocalKey<RefCell<Registry<Self>>> {
         &REGISTRY
     }
@@ -336,10 +332,10 @@ fn group_by_key(
 /// Re-queues waiters whose lock value was deleted into `lock` (in order),
 /// now living at `db`/`key`.
 pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>) {
+    let now_ms = crate::clock::now_ms();
     for (owner, waiter) in waiters {
         let id = waiter.id;
         if super::multiwaiters::contains(id) {
-            let now_ms = crate::clock::now_ms();
             match lock.enqueue_waiter(&owner, waiter, now_ms) {
                 Ok(seq) => super::multiwaiters::requeued(id, key, seq),
                 Err(_) => super::multiwaiters::refuse(id),
@@ -349,7 +345,6 @@ pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>)
         if !is_waiting(id) {
             continue;
         }
-        let now_ms = crate::clock::now_ms();
         let Ok(seq) = lock.enqueue_waiter(&owner, waiter, now_ms) else {
             unblock(id, Outcome::Refused);
             continue;
