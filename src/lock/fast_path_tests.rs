@@ -8,7 +8,7 @@
 //! gives, with nothing else in the step for the adapter to act on; whenever
 //! it does not apply, it must change nothing and issue no token.
 
-use super::test_ops::{want as any_want, Op};
+use super::test_ops::{counting, want as any_want, Op};
 use super::*;
 use proptest::prelude::*;
 use std::cell::Cell;
@@ -51,10 +51,7 @@ proptest! {
     fn straight_routes_agree_with_the_general_path(ops in prop::collection::vec(op(), 1..120)) {
         let mut lock = Lock::new();
         let tokens = Cell::new(0u64);
-        let issue = || {
-            tokens.set(tokens.get() + 1);
-            tokens.get()
-        };
+        let issue = counting(&tokens);
         let present = |_| true;
         let mut now = 1_000u64;
         let mut waiters: Vec<(u64, WaiterId)> = Vec::new();

@@ -14,7 +14,7 @@
 //! * tokens strictly increase with every new hold or upgrade;
 //! * an immediate request is granted exactly when the rules allow it.
 
-use super::test_ops::{want as any_want, Op};
+use super::test_ops::{counting, want as any_want, Op};
 use super::*;
 use proptest::prelude::*;
 use std::cell::Cell;
@@ -268,10 +268,7 @@ proptest! {
         let mut replica = Lock::new();
         let mut model = Model::default();
         let tokens = Cell::new(0u64);
-        let issue = || {
-            tokens.set(tokens.get() + 1);
-            tokens.get()
-        };
+        let issue = counting(&tokens);
         let present = |_| true;
         let mut now = 1_000u64;
         let mut next_waiter: WaiterId = 0;

@@ -4,6 +4,7 @@
 
 use super::{Mode, Want};
 use proptest::prelude::*;
+use std::cell::Cell;
 
 /// One operation by owner number `owner` (an index into the test's owners).
 #[derive(Clone, Copy, Debug)]
@@ -26,4 +27,13 @@ pub(super) fn want(limits_below: u32) -> impl Strategy<Value = Want> {
             limit
         }),
     ]
+}
+
+/// A token issuer counting up from `last` (which it updates, so a test can
+/// read how many tokens a step issued, or take them back).
+pub(super) fn counting(last: &Cell<u64>) -> impl Fn() -> u64 + Copy + '_ {
+    move || {
+        last.set(last.get() + 1);
+        last.get()
+    }
 }
