@@ -1,7 +1,8 @@
 //! The few operating-system calls the bench needs that std does not offer:
 //! raising the open-file limit (10,000 blocked clients), pinning the load
 //! generators to a core, tying child processes to the bench's life, and
-//! epoll (one thread reading many sockets in the order their data arrives).
+//! epoll (one thread reading many sockets in the order their data arrives),
+//! and a `timerfd` (how late the host wakes a thread for an exact instant).
 //! Linux only, like the module's deployment target.
 
 use std::io;
@@ -23,6 +24,14 @@ extern "C" {
     fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut EpollEvent) -> c_int;
     fn epoll_wait(epfd: c_int, events: *mut EpollEvent, max: c_int, timeout_ms: c_int) -> c_int;
     fn close(fd: c_int) -> c_int;
+    fn timerfd_create(clock: c_int, flags: c_int) -> c_int;
+    fn timerfd_settime(
+        fd: c_int,
+        flags: c_int,
+        new: *const ITimerSpec,
+        old: *mut ITimerSpec,
+    ) -> c_int;
+    fn read(fd: c_int, buf: *mut u8, count: usize) -> isize;
 }
 
 const RLIMIT_NOFILE: c_int = 7;
@@ -161,4 +170,60 @@ impl Drop for Poller {
             close(self.fd);
         }
     }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct TimeSpec {
+    sec: i64,
+    nsec: i64,
+}
+
+#[repr(C)]
+struct ITimerSpec {
+    interval: TimeSpec,
+    value: TimeSpec,
+}
+
+const CLOCK_REALTIME: c_int = 0;
+const TFD_CLOEXEC: c_int = 0o2_000_000;
+const TFD_TIMER_ABSTIME: c_int = 1;
+
+/// Sleeps the calling thread until `at` (wall clock) on a `timerfd`, the
+/// way the module's lease-expiry wake-up sleeps (`src/redis/wakeup.rs`),
+/// and returns how late it woke.
+pub fn sleep_until_wall(at: std::time::SystemTime) -> io::Result<Duration> {
+    let since = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "instant before the epoch"))?;
+    // SAFETY: plain syscall wrapper without pointers.
+    let fd = unsafe { timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let spec = ITimerSpec {
+        interval: TimeSpec { sec: 0, nsec: 0 },
+        value: TimeSpec {
+            sec: since.as_secs() as i64,
+            nsec: i64::from(since.subsec_nanos()),
+        },
+    };
+    let mut expirations = [0u8; 8];
+    // SAFETY: `fd` is the timerfd made above; `spec` and `expirations` are
+    // valid for the calls; the descriptor is closed once, here.
+    let woke = unsafe {
+        let armed = timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) == 0;
+        let read = armed && read(fd, expirations.as_mut_ptr(), expirations.len()) == 8;
+        let error = io::Error::last_os_error();
+        close(fd);
+        if read {
+            Ok(())
+        } else {
+            Err(error)
+        }
+    };
+    woke?;
+    Ok(std::time::SystemTime::now()
+        .duration_since(at)
+        .unwrap_or(Duration::ZERO))
 }

@@ -8,7 +8,7 @@
 //! retries; no one publishes when a lease runs out) and polling SET NX
 //! every 10 ms.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{expect, flushall, wait_for_waiting, wall_ms};
 use crate::report::{Section, Table, Target};
@@ -16,7 +16,7 @@ use crate::resp::{Conn, Reply};
 use crate::scripts::Scripts;
 use crate::server::Server;
 use crate::stats::{as_ms, percentile, ratio, times};
-use crate::{bail, Config, Res};
+use crate::{bail, sys, Config, Res};
 
 /// The holder's lease.
 const LEASE_MS: &str = "40";
@@ -60,8 +60,18 @@ fn jitter_us(bound: u64) -> u64 {
     x % bound
 }
 
-/// Delay in ms between the lease deadline and the waiter's grant.
-fn round(design: Design, clients: &mut Clients, scripts: &Scripts, key: &str) -> Res<f64> {
+/// One round's figures, in ms after the lease deadline (`PEXPIRETIME`).
+struct Delay {
+    /// The waiter's grant received.
+    received: f64,
+    /// dlock only: the grant made in the server, read from its fencing
+    /// token (a token is at least the server's clock in µs when issued, and
+    /// nothing else issues tokens during the round).
+    granted: Option<f64>,
+}
+
+/// The delays between the lease deadline and the waiter's grant.
+fn round(design: Design, clients: &mut Clients, scripts: &Scripts, key: &str) -> Res<Delay> {
     let channel = format!("unlock:{key}");
     let Clients {
         holder,
@@ -91,6 +101,7 @@ fn round(design: Design, clients: &mut Clients, scripts: &Scripts, key: &str) ->
     // The waiter comes along at a random moment of the first 10 ms, so that
     // the polling waiter's phase is not tied to the lease.
     std::thread::sleep(Duration::from_micros(jitter_us(10_000)));
+    let mut token_ms = None;
     let granted_at = match design {
         Design::Block => {
             let reply =
@@ -101,6 +112,10 @@ fn round(design: Design, clients: &mut Clients, scripts: &Scripts, key: &str) ->
                 &reply,
                 reply.is_grant(),
             )?;
+            token_ms = reply
+                .as_array()
+                .and_then(|grant| grant[0].as_int())
+                .map(|token| token as f64 / 1000.0);
             let released = waiter.call(&["DLOCK.RELEASE", key, "waiter"])?;
             expect("DLOCK.RELEASE", &released, released.as_int() == Some(0))?;
             at
@@ -164,7 +179,30 @@ fn round(design: Design, clients: &mut Clients, scripts: &Scripts, key: &str) ->
             at
         }
     };
-    Ok(granted_at - deadline)
+    Ok(Delay {
+        received: granted_at - deadline,
+        granted: token_ms.map(|token| token - deadline),
+    })
+}
+
+/// The host's part of a lease-expiry hand-off: how late a thread on the
+/// server's core, asleep on a `timerfd` like the module's wake-up, wakes
+/// for an instant a few ms ahead (in ms). The server is idle meanwhile.
+fn timer_round(config: &Config) -> Res<f64> {
+    let cpu = config.server_cpu;
+    let late = std::thread::scope(|scope| {
+        scope
+            .spawn(move || -> Res<Duration> {
+                if let Some(cpu) = cpu {
+                    sys::pin_to_cpu(cpu)?;
+                }
+                let at = SystemTime::now() + Duration::from_micros(5_000 + jitter_us(1_000));
+                Ok(sys::sleep_until_wall(at)?)
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the timer thread panicked".into()))
+    })?;
+    Ok(as_ms(late))
 }
 
 /// One release hand-off (the reference of issue 15's expiry target): the
@@ -224,13 +262,20 @@ pub fn run(config: &Config) -> Res<Section> {
     let mut delays: Vec<Vec<f64>> = vec![Vec::new(); Design::ALL.len()];
     let mut subscribed = String::new();
     let mut releases: Vec<f64> = Vec::new();
-    // Each round: the three designs and one release hand-off, rotating.
-    let kinds = Design::ALL.len() + 1;
+    let mut grants: Vec<f64> = Vec::new();
+    let mut timers: Vec<f64> = Vec::new();
+    // Each round: the three designs, one release hand-off and one bare timer
+    // wake-up, rotating.
+    let kinds = Design::ALL.len() + 2;
     for r in 0..rounds {
         for k in 0..kinds {
             let index = (r + k) % kinds;
             if index == Design::ALL.len() {
                 releases.push(release_round(&mut clients, &format!("release:{r}"))?);
+                continue;
+            }
+            if index == Design::ALL.len() + 1 {
+                timers.push(timer_round(config)?);
                 continue;
             }
             let key = format!("lease:{r}:{index}");
@@ -240,7 +285,9 @@ pub fn run(config: &Config) -> Res<Section> {
                 resubscribe(&mut clients.sub, &subscribed, &channel)?;
                 subscribed = channel;
             }
-            delays[index].push(round(Design::ALL[index], &mut clients, &scripts, &key)?);
+            let delay = round(Design::ALL[index], &mut clients, &scripts, &key)?;
+            delays[index].push(delay.received);
+            grants.extend(delay.granted);
         }
     }
     let p = |d: usize, q: f64| percentile(&delays[d], q);
@@ -258,7 +305,9 @@ pub fn run(config: &Config) -> Res<Section> {
          waiter starts at a random moment in the first 10 ms of the lease. \
          {rounds} rounds per design, interleaved with as many rounds of a release \
          hand-off (a holder with a long lease releases while the waiter is blocked), \
-         the reference of the expiry target."
+         the reference of the expiry target, and of a bare timer wake-up (a thread on \
+         the server's core sleeps on a timerfd until an instant 5 to 6 ms ahead), the \
+         host's share of any timer-driven hand-off."
     );
     let mut table = Table::new(
         "",
@@ -309,6 +358,37 @@ pub fn run(config: &Config) -> Res<Section> {
         String::new(),
     ]);
     section.tables.push(handoffs);
+    let grant = |q: f64| percentile(&grants, q);
+    let timer = |q: f64| percentile(&timers, q);
+    let mut parts = Table::new(
+        "Where dlock's expiry delay goes, in the same run (each row its own percentiles, \
+         so they do not add up exactly):",
+        &["part", "p50", "p99"],
+    );
+    parts.row(vec![
+        "the lease's deadline millisecond (PEXPIRETIME -> lease end)".into(),
+        "1.000 ms".into(),
+        "1.000 ms".into(),
+    ]);
+    parts.row(vec![
+        "the host: a thread on the server's core asleep on a timerfd, as the module's \
+         wake-up is, wakes this late (no Redis involved)"
+            .into(),
+        format!("{:.3} ms", timer(50.0)),
+        format!("{:.3} ms", timer(99.0)),
+    ]);
+    parts.row(vec![
+        "lease end -> grant made in the server (its fencing token, µs of the server's clock)"
+            .into(),
+        format!("{:.3} ms", grant(50.0) - 1.0),
+        format!("{:.3} ms", grant(99.0) - 1.0),
+    ]);
+    parts.row(vec![
+        "lease end -> grant received by the waiter".into(),
+        format!("{:.3} ms", p(0, 50.0) - 1.0),
+        format!("{:.3} ms", p(0, 99.0) - 1.0),
+    ]);
+    section.tables.push(parts);
     section.notes.push(
         "A lease covers its whole deadline millisecond, exactly like a Redis key's expire \
          time, so the earliest possible hand-off is 1 ms after PEXPIRETIME; \"p99 from lease \
