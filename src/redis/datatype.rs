@@ -12,68 +12,12 @@ use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use super::boxes::{self, on_main_thread};
 use super::ffi::{api, KeyName};
 use super::stats::{self, Event};
 use super::{audit, scheduler, tokens, waiters};
 use crate::lock::codec::{self, reservations, Sink, Source};
 use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
-
-/// What the module keeps per thread (only the main thread uses it).
-struct ThreadState {
-    /// True on Redis's main thread (set in the module's init, which runs there).
-    is_main: std::cell::Cell<bool>,
-    /// Boxes of freed, empty lock values, kept for the next new lock (at most
-    /// [`SPARE_BOXES`], main thread only): a lock value is allocated and
-    /// freed once per ACQUIRE + RELEASE pair, and reusing its box spares
-    /// Redis's allocator a malloc and a free (and their used-memory
-    /// accounting) per lock. They count in Redis's used memory like any
-    /// module allocation.
-    #[allow(clippy::vec_box)] // the boxes themselves are what is kept
-    spare: std::cell::RefCell<Vec<Box<Lock>>>,
-}
-
-/// The most lock boxes kept for reuse (96 bytes each).
-const SPARE_BOXES: usize = 32;
-
-thread_local! {
-    static THREAD: ThreadState = const {
-        ThreadState {
-            is_main: std::cell::Cell::new(false),
-            spare: std::cell::RefCell::new(Vec::new()),
-        }
-    };
-}
-
-/// A box holding `lock`: a kept one if there is one, else a new one.
-pub(super) fn boxed_lock(lock: Lock) -> Box<Lock> {
-    let spare = THREAD
-        .try_with(|thread| thread.spare.try_borrow_mut().ok()?.pop())
-        .ok()
-        .flatten();
-    match spare {
-        Some(mut boxed) => {
-            *boxed = lock;
-            boxed
-        }
-        None => Box::new(lock),
-    }
-}
-
-/// Keeps the box of a freed lock value that holds and queues nothing, on
-/// the main thread while fewer than [`SPARE_BOXES`] are kept; frees it
-/// otherwise.
-fn recycle(lock: Box<Lock>) {
-    let _ = THREAD.try_with(move |thread| {
-        if !thread.is_main.get() || !lock.holders().is_empty() || !lock.queue().is_empty() {
-            return;
-        }
-        if let Ok(mut spare) = thread.spare.try_borrow_mut() {
-            if spare.len() < SPARE_BOXES {
-                spare.push(lock);
-            }
-        }
-    });
-}
 
 /// Records Redis's main thread and declares the module's options; called
 /// from the module's init:
@@ -84,16 +28,10 @@ fn recycle(lock: Box<Lock>) {
 ///   module keeps the two apart (see [`super::events`]). Servers without
 ///   async loading ignore the flag.
 pub fn init(ctx: &redis_module::Context) {
-    THREAD.with(|thread| thread.is_main.set(true));
+    boxes::mark_main_thread();
     let options =
         raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
     api!(RedisModule_SetModuleOptions(ctx.ctx, options as c_int) else ());
-}
-
-pub(super) fn on_main_thread() -> bool {
-    THREAD
-        .try_with(|thread| thread.is_main.get())
-        .unwrap_or(false)
 }
 
 /// The type name shown by TYPE; exactly 9 characters, as Redis requires.
@@ -142,7 +80,11 @@ impl LockTypeRegistration {
     /// `RedisModule_Init` and before the crate registers defrag callbacks.
     pub fn create_data_type(&self, ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         quiet_defrag_notice(ctx);
-        LOCK_TYPE.create_data_type(ctx)
+        LOCK_TYPE.create_data_type(ctx)?;
+        if let Ok(raw_type) = LOCK_TYPE.raw_type.try_borrow() {
+            super::ffi::set_lock_type(*raw_type);
+        }
+        Ok(())
     }
 }
 
@@ -378,7 +320,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     {
         // The common end of a lock (released, then deleted), on any thread:
         // nothing to do but keep the box.
-        recycle(lock);
+        boxes::recycle(lock);
         return;
     }
     if !on_main_thread() {

@@ -7,10 +7,11 @@
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_long, c_longlong, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-use super::datatype::LOCK_TYPE;
+use super::boxes;
 use crate::commands::parser::ArgSource;
 use crate::commands::CommandError;
 use crate::lock::{Hold, Lock, Mode, Want};
@@ -271,13 +272,13 @@ impl Ctx {
         search.found
     }
 
+    // The effects below are built whenever they are called: their caller
+    // (`keyspace`) skips them while nothing listens (`propagation::needed`).
+
     /// Propagates one owner's hold: `DLOCK.SETSTATE key HOLD|HOLDER owner
     /// exclusive token deadline [SHARED shared]`. `HOLD` when it is the only
     /// holder (every other hold ends), `HOLDER` beside other holders.
     pub fn replicate_hold(self, name: KeyName, hold: &Hold, only_holder: bool) {
-        if !super::propagation::needed(self) {
-            return;
-        }
         let operation = if only_holder { c"HOLD" } else { c"HOLDER" };
         if hold.shared == 0 {
             api!(RedisModule_Replicate(
@@ -312,9 +313,6 @@ impl Ctx {
 
     /// Propagates `DLOCK.SETSTATE key DROP owner`: that owner's holds ended.
     pub fn replicate_drop(self, name: KeyName, owner: &[u8]) {
-        if !super::propagation::needed(self) {
-            return;
-        }
         api!(RedisModule_Replicate(
             self.raw,
             c"DLOCK.SETSTATE".as_ptr(),
@@ -328,9 +326,6 @@ impl Ctx {
 
     /// Propagates `DLOCK.SETSTATE key FREE`: every hold ended, the queue stays.
     pub fn replicate_free(self, name: KeyName) {
-        if !super::propagation::needed(self) {
-            return;
-        }
         api!(RedisModule_Replicate(
             self.raw,
             c"DLOCK.SETSTATE".as_ptr(),
@@ -343,9 +338,6 @@ impl Ctx {
     /// Propagates `DLOCK.SETSTATE key RESERVE owner deadline [SHARED limit]`
     /// (limit 0: none).
     pub fn replicate_reserve(self, name: KeyName, owner: &[u8], deadline_ms: u64, want: Want) {
-        if !super::propagation::needed(self) {
-            return;
-        }
         match want.mode {
             Mode::Exclusive => api!(RedisModule_Replicate(
                 self.raw,
@@ -374,9 +366,6 @@ impl Ctx {
 
     /// Propagates `DEL key` to replicas and the AOF.
     pub fn replicate_delete(self, name: KeyName) {
-        if !super::propagation::needed(self) {
-            return;
-        }
         api!(RedisModule_Replicate(self.raw, c"DEL".as_ptr(), c"s".as_ptr(), name.raw) else 0);
     }
 }
@@ -385,13 +374,19 @@ fn to_long_long(value: u64) -> c_longlong {
     c_longlong::try_from(value).unwrap_or(c_longlong::MAX)
 }
 
+/// The registered lock type (`datatype::LOCK_TYPE`), null before it is
+/// registered.
+static LOCK_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Records the lock type Redis registered; called once, from the module's
+/// load, by the data type's registration.
+pub fn set_lock_type(raw_type: *mut raw::RedisModuleType) {
+    LOCK_TYPE.store(raw_type, Ordering::Relaxed);
+}
+
 /// The registered lock type, or null before registration.
 fn lock_type() -> *mut raw::RedisModuleType {
-    LOCK_TYPE
-        .raw_type
-        .try_borrow()
-        .map(|raw_type| *raw_type)
-        .unwrap_or(std::ptr::null_mut())
+    LOCK_TYPE.load(Ordering::Relaxed)
 }
 
 /// A key name: borrowed from a command's argv, or owned by an [`OwnedKeyName`].
@@ -524,7 +519,7 @@ impl LockKey {
         if self.raw.is_null() {
             return Err(CommandError::StoreFailed);
         }
-        let value = Box::into_raw(super::datatype::boxed_lock(lock));
+        let value = Box::into_raw(boxes::boxed_lock(lock));
         let status = api!(RedisModule_ModuleTypeSetValue(self.raw, lock_type(), value.cast::<c_void>()) else raw::REDISMODULE_ERR as c_int);
         if status != raw::REDISMODULE_OK as c_int {
             // SAFETY: Redis did not take the value; we still own the box.

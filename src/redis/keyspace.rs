@@ -4,7 +4,7 @@
 use super::audit::Fact;
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::stats::{self, Event};
-use super::{grace, multiwaiters, scheduler, tokens, waiters};
+use super::{grace, multiwaiters, propagation, scheduler, tokens, waiters};
 use crate::lock::{self, Grant, HolderEffect, Lock, Mode, Step, WaiterId, Want};
 
 /// What a caller changed in the lock, besides its holds (which the
@@ -67,7 +67,9 @@ pub fn settle(
     }
     if lock.is_vacant(now_ms) {
         key.delete();
-        ctx.replicate_delete(name);
+        if propagation::needed(ctx) {
+            ctx.replicate_delete(name);
+        }
         return;
     }
     let wakeup_at =
@@ -79,11 +81,13 @@ pub fn settle(
         }
         return;
     }
-    if let Some((owner, deadline_ms, want)) = changes.reserved {
-        ctx.replicate_reserve(name, owner, deadline_ms, want);
-    }
-    if step.holds_changed {
-        replicate_holders(ctx, name, lock, &mut step);
+    if propagation::needed(ctx) {
+        if let Some((owner, deadline_ms, want)) = changes.reserved {
+            ctx.replicate_reserve(name, owner, deadline_ms, want);
+        }
+        if step.holds_changed {
+            replicate_holders(ctx, name, lock, &mut step);
+        }
     }
     match lock.expire_at(now_ms) {
         Some(deadline_ms) => key.set_deadline(deadline_ms),
@@ -116,7 +120,9 @@ pub fn settle_sole_hold(ctx: Ctx, name: KeyName, key: &mut LockKey, session: Opt
         return;
     };
     let deadline_ms = hold.deadline_ms;
-    ctx.replicate_hold(name, hold, true);
+    if propagation::needed(ctx) {
+        ctx.replicate_hold(name, hold, true);
+    }
     key.set_deadline(deadline_ms);
     if let Some(client) = session {
         scheduler::track_session(client, ctx.selected_db(), name.bytes());
@@ -128,7 +134,9 @@ pub fn settle_sole_hold(ctx: Ctx, name: KeyName, key: &mut LockKey, session: Opt
 /// replicated.
 pub fn settle_vacated(ctx: Ctx, name: KeyName, key: &mut LockKey) {
     key.delete();
-    ctx.replicate_delete(name);
+    if propagation::needed(ctx) {
+        ctx.replicate_delete(name);
+    }
 }
 
 /// The event a key publishes when a waiter is granted it from the queue.

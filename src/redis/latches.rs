@@ -304,7 +304,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: every value of this type was made by Box::<Latch>::into_raw
     // and Redis calls free exactly once, when it drops the value.
     let mut latch = unsafe { Box::from_raw(value.cast::<Latch>()) };
-    if latch.awaiter_count() == 0 || !super::datatype::on_main_thread() {
+    if latch.awaiter_count() == 0 || !super::boxes::on_main_thread() {
         // (An asynchronous flush frees on a background thread; its awaiters
         // were answered by the flush event already.)
         return;
@@ -326,7 +326,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
 /// this callback, so other keys pay nothing for it.
 unsafe extern "C" fn unlink(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guarded((), || {
-        if !super::datatype::on_main_thread() {
+        if !super::boxes::on_main_thread() {
             return;
         }
         // SAFETY: Redis passes a value of this type, still alive; it is ours

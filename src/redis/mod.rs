@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod awaiters;
 mod blocked;
+mod boxes;
 mod command_info;
 pub mod datatype;
 pub mod events;

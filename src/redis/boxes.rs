@@ -1,0 +1,81 @@
+//! Boxes for lock values, and which thread is Redis's main thread.
+//!
+//! A lock value is allocated and freed once per ACQUIRE + RELEASE pair. The
+//! box of a freed, empty lock is kept (at most [`SPARE_BOXES`], on the main
+//! thread only) for the next new lock, which spares Redis's allocator a
+//! malloc and a free (and their used-memory accounting) per lock; kept
+//! boxes count in Redis's used memory like any module allocation.
+//!
+//! A bottom layer: it imports nothing else of the adapter, so that both the
+//! FFI wrappers (which store new values) and the data type's callbacks
+//! (which free them) can use it.
+
+use std::cell::{Cell, RefCell};
+
+use crate::lock::Lock;
+
+/// What the module keeps per thread (only the main thread uses it).
+struct ThreadState {
+    /// True on Redis's main thread (set in the module's init, which runs there).
+    is_main: Cell<bool>,
+    /// Boxes of freed, empty lock values, kept for the next new lock.
+    #[allow(clippy::vec_box)] // the boxes themselves are what is kept
+    spare: RefCell<Vec<Box<Lock>>>,
+}
+
+/// The most lock boxes kept for reuse (96 bytes each).
+const SPARE_BOXES: usize = 32;
+
+thread_local! {
+    static THREAD: ThreadState = const {
+        ThreadState {
+            is_main: Cell::new(false),
+            spare: RefCell::new(Vec::new()),
+        }
+    };
+}
+
+/// Records the calling thread as Redis's main thread; called from the
+/// module's init, which runs there.
+pub fn mark_main_thread() {
+    THREAD.with(|thread| thread.is_main.set(true));
+}
+
+/// Whether the calling thread is Redis's main thread (values are also freed
+/// on background threads: `FLUSHALL ASYNC`, lazy free).
+pub fn on_main_thread() -> bool {
+    THREAD
+        .try_with(|thread| thread.is_main.get())
+        .unwrap_or(false)
+}
+
+/// A box holding `lock`: a kept one if there is one, else a new one.
+pub fn boxed_lock(lock: Lock) -> Box<Lock> {
+    let spare = THREAD
+        .try_with(|thread| thread.spare.try_borrow_mut().ok()?.pop())
+        .ok()
+        .flatten();
+    match spare {
+        Some(mut boxed) => {
+            *boxed = lock;
+            boxed
+        }
+        None => Box::new(lock),
+    }
+}
+
+/// Keeps the box of a freed lock value that holds and queues nothing, on
+/// the main thread while fewer than [`SPARE_BOXES`] are kept; frees it
+/// otherwise.
+pub fn recycle(lock: Box<Lock>) {
+    let _ = THREAD.try_with(move |thread| {
+        if !thread.is_main.get() || !lock.holders().is_empty() || !lock.queue().is_empty() {
+            return;
+        }
+        if let Ok(mut spare) = thread.spare.try_borrow_mut() {
+            if spare.len() < SPARE_BOXES {
+                spare.push(lock);
+            }
+        }
+    });
+}
