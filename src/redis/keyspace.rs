@@ -81,7 +81,7 @@ pub fn settle(
         }
         return;
     }
-    if propagation::needed(ctx) {
+    if (changes.reserved.is_some() || step.holds_changed) && propagation::needed(ctx) {
         if let Some((owner, deadline_ms, want)) = changes.reserved {
             ctx.replicate_reserve(name, owner, deadline_ms, want);
         }

@@ -474,6 +474,7 @@ const PAUSE_RETRY_MS: u64 = 10;
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     with_scheduler(|scheduler| scheduler.armed = None);
     let ctx = Ctx::from_raw(ctx);
+    let running = Running::start();
     // During a pause nothing may be added to the replication stream (Redis
     // asserts on it, and a failover in progress relies on the offsets
     // standing still): the work waits until the pause ends.
@@ -489,7 +490,6 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         with_scheduler(|scheduler| scheduler.armed = Some((timer, at)));
         return;
     }
-    let running = Running::start();
     let outcome = std::panic::catch_unwind(|| run_due(ctx));
     if outcome.is_err() {
         // Drop what failed rather than retrying it forever.
