@@ -41,8 +41,10 @@ test: build lint
 # docs/benchmarks-contention.svg (< 10 minutes), then the Rust client's
 # scenarios (client/benches/client.rs, docs/benchmarks-client.md, ~1
 # minute). QUICK=1 runs every scenario briefly (< 60 s) and writes its
-# report to a temporary file instead.
+# report to a temporary file instead. Scenario 14 counts instructions
+# under valgrind's callgrind, installed on first use.
 bench: build
+	@command -v valgrind >/dev/null || ./scripts/ensure-deps.sh valgrind
 	cargo build --release -p dlock-bench
 	./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
 	cargo bench -p dlock-client --bench client$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)

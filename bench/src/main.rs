@@ -330,6 +330,10 @@ fn run() -> Res<()> {
         step("13: atomic multi-key acquire");
         sections.push(scenarios::multikey::run(&config)?);
     }
+    if config.wants(14) {
+        step("14: instructions per command (callgrind)");
+        sections.push(scenarios::instructions::run(&config)?);
+    }
     sections.sort_by_key(|section| section.number);
     let elapsed = started.elapsed().as_secs_f64();
 

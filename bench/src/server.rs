@@ -28,19 +28,41 @@ pub struct Server {
     with_module: bool,
 }
 
+/// How a server is started.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Launch {
+    /// Pinned to the server core when pinning.
+    Plain,
+    /// Under valgrind's callgrind, writing its counts to `callgrind.out` in
+    /// the server's directory when it exits (not pinned: instruction counts
+    /// do not depend on the core).
+    Callgrind,
+}
+
 impl Server {
     /// Starts a server with dlock loaded, the base arguments plus `extra`.
     pub fn start(config: &Config, extra: &[&str]) -> Res<Server> {
-        Server::start_with(config, extra, true)
+        Server::start_with(config, extra, true, Launch::Plain)
+    }
+
+    /// Starts a server under callgrind, with or without dlock; stop it
+    /// with [`Server::shut_down`] to get its counts (see [`Server::file`]).
+    pub fn start_callgrind(config: &Config, with_module: bool) -> Res<Server> {
+        Server::start_with(config, &[], with_module, Launch::Callgrind)
     }
 
     /// Starts the same server without the module: the reference of the
     /// module-tax figures (plain Redis, as users run it before loading dlock).
     pub fn start_plain(config: &Config, extra: &[&str]) -> Res<Server> {
-        Server::start_with(config, extra, false)
+        Server::start_with(config, extra, false, Launch::Plain)
     }
 
-    fn start_with(config: &Config, extra: &[&str], with_module: bool) -> Res<Server> {
+    fn start_with(
+        config: &Config,
+        extra: &[&str],
+        with_module: bool,
+        launch: Launch,
+    ) -> Res<Server> {
         let dir = std::env::temp_dir().join(format!(
             "dlock-bench-{}-{}",
             std::process::id(),
@@ -51,7 +73,7 @@ impl Server {
         let mut last_error = String::new();
         for _attempt in 0..5 {
             let port = free_port()?;
-            let (program, args) = server_command(config, port, &dir, extra, with_module);
+            let (program, args) = server_command(config, port, &dir, extra, with_module, launch);
             let mut command = Command::new(&program);
             command
                 .args(&args)
@@ -132,6 +154,32 @@ impl Server {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
+    /// A file in the server's directory (removed when the handle drops).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// SHUTDOWN NOSAVE, then waits (up to `patience`) for the process to
+    /// exit, so that what it writes on exit (callgrind's counts) is there.
+    pub fn shut_down(&mut self, patience: Duration) -> Res<()> {
+        if let Ok(mut conn) = self.conn() {
+            // The server closes the connection instead of replying.
+            let _ = conn.call(&["SHUTDOWN", "NOSAVE"]);
+        }
+        let deadline = Instant::now() + patience;
+        while let Some(child) = self.child.as_mut() {
+            if child.try_wait()?.is_some() {
+                self.child = None;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err("redis-server did not exit after SHUTDOWN".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     /// The server process id (for reports and debugging).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|child| child.id())
@@ -207,6 +255,7 @@ fn server_command(
     dir: &std::path::Path,
     extra: &[&str],
     with_module: bool,
+    launch: Launch,
 ) -> (String, Vec<String>) {
     let args = base_args(
         config,
@@ -215,6 +264,18 @@ fn server_command(
         extra,
         with_module,
     );
+    if launch == Launch::Callgrind {
+        let mut all = vec![
+            "--tool=callgrind".to_string(),
+            format!(
+                "--callgrind-out-file={}",
+                dir.join("callgrind.out").display()
+            ),
+            config.redis_server.clone(),
+        ];
+        all.extend(args);
+        return ("valgrind".to_string(), all);
+    }
     match config.server_cpu {
         Some(cpu) => {
             let mut all = vec![

@@ -27,6 +27,10 @@ pub enum Op {
     SetNxCad,
     /// EVALSHA <lock> 1 k ttl o ; EVALSHA <unlock> 2 k unlock:k 0 ttl o
     LuaPair,
+    /// DLOCK.ACQUIRE k o ttl alone (the lock stays)
+    Acquire,
+    /// SET k o NX PX ttl alone (the key stays)
+    SetNx,
     /// GET k (a key that does not exist)
     Get,
     /// INCR k (a key that does not exist)
@@ -37,7 +41,7 @@ impl Op {
     /// Commands per unit.
     pub fn len(self) -> usize {
         match self {
-            Op::Get | Op::Incr => 1,
+            Op::Acquire | Op::SetNx | Op::Get | Op::Incr => 1,
             _ => 2,
         }
     }
@@ -49,17 +53,23 @@ impl Op {
             Op::SetNxDel => "SET k o NX PX 30000 ; DEL k",
             Op::SetNxCad => "SET k o NX PX 30000 ; EVALSHA <compare-and-delete> 1 k o",
             Op::LuaPair => "EVALSHA <lock> 1 k 30000 o ; EVALSHA <unlock> 2 k unlock:k 0 30000 o",
+            Op::Acquire => "DLOCK.ACQUIRE k o 30000",
+            Op::SetNx => "SET k o NX PX 30000",
             Op::Get => "GET k",
             Op::Incr => "INCR k",
         }
     }
 
     /// Queues command `step` of the unit on `key`.
-    fn queue(self, step: usize, conn: &mut Conn, scripts: &Scripts, key: &str, owner: &str) {
+    pub fn queue(self, step: usize, conn: &mut Conn, scripts: &Scripts, key: &str, owner: &str) {
         match (self, step) {
-            (Op::DlockPair, 0) => conn.queue(&["DLOCK.ACQUIRE", key, owner, TTL]),
+            (Op::DlockPair, 0) | (Op::Acquire, _) => {
+                conn.queue(&["DLOCK.ACQUIRE", key, owner, TTL])
+            }
             (Op::DlockPair, _) => conn.queue(&["DLOCK.RELEASE", key, owner]),
-            (Op::SetNxDel | Op::SetNxCad, 0) => conn.queue(&["SET", key, owner, "NX", "PX", TTL]),
+            (Op::SetNxDel | Op::SetNxCad, 0) | (Op::SetNx, _) => {
+                conn.queue(&["SET", key, owner, "NX", "PX", TTL])
+            }
             (Op::SetNxDel, _) => conn.queue(&["DEL", key]),
             (Op::SetNxCad, _) => {
                 conn.queue(&["EVALSHA", &scripts.compare_and_delete, "1", key, owner])
@@ -84,11 +94,11 @@ impl Op {
     }
 
     /// Whether `reply` is the expected reply of command `step`.
-    fn check(self, step: usize, reply: &Reply) -> bool {
+    pub fn check(self, step: usize, reply: &Reply) -> bool {
         match (self, step) {
-            (Op::DlockPair, 0) => reply.is_grant(),
+            (Op::DlockPair, 0) | (Op::Acquire, _) => reply.is_grant(),
             (Op::DlockPair, _) => reply.as_int() == Some(0),
-            (Op::SetNxDel | Op::SetNxCad, 0) => reply.is_ok(),
+            (Op::SetNxDel | Op::SetNxCad, 0) | (Op::SetNx, _) => reply.is_ok(),
             (Op::SetNxDel | Op::SetNxCad, _) => reply.as_int() == Some(1),
             (Op::LuaPair, 0) => reply.is_nil(),
             (Op::LuaPair, _) => reply.as_int() == Some(1),

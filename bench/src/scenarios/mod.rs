@@ -3,6 +3,7 @@
 
 pub mod contention;
 pub mod expiry;
+pub mod instructions;
 pub mod latch;
 pub mod load;
 pub mod memory;

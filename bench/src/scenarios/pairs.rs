@@ -66,7 +66,7 @@ fn op_name(op: Op) -> &'static str {
         Op::SetNxDel => "SET NX PX + DEL (unsafe floor)",
         Op::SetNxCad => "SET NX PX + compare-and-delete (EVALSHA)",
         Op::LuaPair => "EVALSHA lock + EVALSHA unlock (re-entrant, hash)",
-        Op::Get | Op::Incr => "",
+        Op::Acquire | Op::SetNx | Op::Get | Op::Incr => "",
     }
 }
 
