@@ -263,6 +263,40 @@ fn lease_expiry_hands_the_lock_over_without_anyone_touching_the_key() {
     assert!(info_int(&mut conn, "job", "pttl") > 3_500);
 }
 
+/// A hand-off at a lease's end is made inside the module's timer callback,
+/// and so is the wake-up for the next lease's end: the callback arms the
+/// timer once more when it ends (nothing arms it while it runs). A chain of
+/// leases ending with waiters queued goes down the queue with nobody
+/// touching the key.
+#[test]
+fn lease_expiries_hand_the_lock_down_the_queue_by_the_timer_alone() {
+    // Redis's active expiry is off: only the module's timer can act.
+    let (server, mut conn) = server_without_active_expiry();
+    let start = Instant::now();
+    let (first, _, _) = acquire(&mut conn, "job", "holder", 200).unwrap();
+    let second = block_acquire(&server, "job", "second", 200, 10_000);
+    wait_for_waiting(&mut conn, "job", 1);
+    let third = block_acquire(&server, "job", "third", 5_000, 10_000);
+    wait_for_waiting(&mut conn, "job", 2);
+    // From here on nobody reads or writes the key until both waiters return.
+    let ((second_token, _, second_owner), _) = second.granted();
+    let ((third_token, holds, third_owner), third_at) = third.granted();
+    assert_eq!(second_owner, b"second".to_vec());
+    assert_eq!((holds, third_owner), (1, b"third".to_vec()));
+    assert!(first < second_token && second_token < third_token);
+    // Two leases of 200 ms, each begun no earlier than `start`, ended first.
+    let after = third_at - start;
+    assert!(
+        after >= Duration::from_millis(400),
+        "granted {after:?} after the first lease began"
+    );
+    assert!(
+        after < Duration::from_millis(400) + 2 * PROMPTLY,
+        "granted only {after:?} after the first lease began"
+    );
+    assert_eq!(info_owner(&mut conn, "job"), Some(b"third".to_vec()));
+}
+
 fn session_close_hands_over(kill: bool) {
     let server = Server::start();
     let mut conn = server.connect();
