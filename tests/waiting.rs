@@ -238,6 +238,20 @@ fn release_hands_the_lock_to_the_head_waiter() {
 // Hand-off without a RELEASE: lease expiry, SESSION close, deletion.
 // ---------------------------------------------------------------------------
 
+/// A grant received `after` the first of back-to-back leases lasting
+/// `leases_ms` in all began: not before they ended, and promptly after.
+fn assert_granted_when_leases_ended(after: Duration, leases_ms: u64) {
+    let ended = Duration::from_millis(leases_ms);
+    assert!(
+        after >= ended,
+        "granted {after:?} after leases of {leases_ms} ms began"
+    );
+    assert!(
+        after < ended + PROMPTLY,
+        "granted only {after:?} after leases of {leases_ms} ms began"
+    );
+}
+
 #[test]
 fn lease_expiry_hands_the_lock_over_without_anyone_touching_the_key() {
     // Redis's active expiry is off: only the module's timer can act.
@@ -248,15 +262,7 @@ fn lease_expiry_hands_the_lock_over_without_anyone_touching_the_key() {
     wait_for_waiting(&mut conn, "job", 1);
     // From here on nobody reads or writes the key until the waiter returns.
     let ((token, holds, owner), at) = next.granted();
-    let after = at - before_grant;
-    assert!(
-        after >= Duration::from_millis(200),
-        "granted {after:?} after a 200 ms lease began"
-    );
-    assert!(
-        after < Duration::from_millis(200) + PROMPTLY,
-        "granted only {after:?} after a 200 ms lease began"
-    );
+    assert_granted_when_leases_ended(at - before_grant, 200);
     assert!(token > first);
     assert_eq!((holds, owner), (1, b"next".to_vec()));
     assert_eq!(info_owner(&mut conn, "job"), Some(b"next".to_vec()));
@@ -285,15 +291,7 @@ fn lease_expiries_hand_the_lock_down_the_queue_by_the_timer_alone() {
     assert_eq!((holds, third_owner), (1, b"third".to_vec()));
     assert!(first < second_token && second_token < third_token);
     // Two leases of 200 ms, each begun no earlier than `start`, ended first.
-    let after = third_at - start;
-    assert!(
-        after >= Duration::from_millis(400),
-        "granted {after:?} after the first lease began"
-    );
-    assert!(
-        after < Duration::from_millis(400) + 2 * PROMPTLY,
-        "granted only {after:?} after the first lease began"
-    );
+    assert_granted_when_leases_ended(third_at - start, 400);
     assert_eq!(info_owner(&mut conn, "job"), Some(b"third".to_vec()));
 }
 
