@@ -1,4 +1,4 @@
-//! The seven scenarios, one module each (fairness, 7, comes from the runs of
+//! The scenarios, one module each (fairness, 7, comes from the runs of
 //! contention, 3), and what they share.
 
 pub mod contention;
