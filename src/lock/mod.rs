@@ -177,6 +177,12 @@ impl Lock {
         Self::default()
     }
 
+    /// Whether the lock is as [`Lock::new`] made it: no holder, no queue,
+    /// nothing on the heap (dropping it frees nothing).
+    pub fn is_bare(&self) -> bool {
+        self.holders.is_empty() && self.queue.is_unallocated()
+    }
+
     /// Every stored holder, live or not (for persistence).
     pub fn holders(&self) -> &Holders {
         &self.holders

@@ -351,6 +351,11 @@ impl Queue {
         self.inner.as_ref().is_none_or(|inner| inner.is_empty())
     }
 
+    /// Whether nobody ever queued here (nothing on the heap).
+    pub fn is_unallocated(&self) -> bool {
+        self.inner.is_none()
+    }
+
     /// Blocked waiters in the queue.
     pub fn waiter_count(&self) -> usize {
         self.inner.as_ref().map_or(0, |inner| inner.waiter_count())

@@ -627,3 +627,32 @@ fn an_uncontended_lock_stays_small() {
     );
     assert_eq!(lock, Lock::new(), "an emptied queue frees its entries");
 }
+
+/// The box pool (`redis::boxes`) overwrites a kept lock without dropping
+/// it, so it keeps only bare locks: nothing held, no queue ever allocated.
+#[test]
+fn a_lock_is_bare_until_held_or_queued_at_and_again_once_nothing_is_left() {
+    let mut lock = Lock::new();
+    assert!(lock.is_bare());
+    let request = Request {
+        owner: b"a",
+        ttl_ms: 1_000,
+        session: None,
+        want: Want::EXCLUSIVE,
+    };
+    assert!(lock.acquire_first(request, 10, || 7).is_some());
+    assert!(!lock.is_bare(), "held");
+    assert_eq!(lock.release_last(b"a", Mode::Exclusive, 20), Some(7));
+    assert!(lock.is_bare(), "released");
+
+    let waiter = Waiter {
+        id: 1,
+        ttl_ms: 1_000,
+        session: None,
+        want: Want::EXCLUSIVE,
+    };
+    let seq = lock.enqueue_waiter(b"b", waiter, 30).expect("queued");
+    assert!(!lock.is_bare(), "queued");
+    assert!(lock.remove_waiter(seq, 1));
+    assert!(lock.is_bare(), "the queue frees its storage once empty");
+}

@@ -140,14 +140,23 @@ pub fn record(ctx: Ctx, event: Event, name: KeyName) {
 
 /// [`record`], and the audit channel's message (when it is on) with what
 /// the event says about `fact`'s owner.
+#[inline]
 pub fn record_fact(ctx: Ctx, event: Event, name: KeyName, fact: super::audit::Fact<'_>) {
     record(ctx, event, name);
     if super::audit::is_on() {
-        let full = event.name().to_bytes();
-        let short = full.strip_prefix(b"dlock.").unwrap_or(full);
-        let short = std::str::from_utf8(short).unwrap_or("unknown");
-        super::audit::publish(ctx, short, ctx.selected_db(), name.bytes(), fact);
+        publish_fact(ctx, event, name, fact);
     }
+}
+
+/// The audit channel's message of [`record_fact`]: out of line, so that
+/// the commands' path (audit off, the default) does not pass the fact.
+#[cold]
+#[inline(never)]
+fn publish_fact(ctx: Ctx, event: Event, name: KeyName, fact: super::audit::Fact<'_>) {
+    let full = event.name().to_bytes();
+    let short = full.strip_prefix(b"dlock.").unwrap_or(full);
+    let short = std::str::from_utf8(short).unwrap_or("unknown");
+    super::audit::publish(ctx, short, ctx.selected_db(), name.bytes(), fact);
 }
 
 /// Counts `event` where no key event can be published.
