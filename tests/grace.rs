@@ -220,6 +220,31 @@ fn at_startup_no_new_hold_until_the_window_ends_then_waiters_in_fifo_order() {
     });
 }
 
+/// A window opens on a start, a reload or a promotion, and only then: once
+/// it has closed, raising `dlock.grace-ms` opens none. (The window used to
+/// be counted from its opening with the current `dlock.grace-ms`, so a
+/// raise within the new length of the server's start reopened it.)
+#[test]
+fn raising_grace_ms_after_the_window_closed_opens_no_window() {
+    let server = server_with_grace(200);
+    let mut conn = server.connect();
+    wait_until("the log says the window closed", || {
+        server.log().contains("grace window closed")
+    });
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("dlock.grace-ms")
+        .arg("3000")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(remaining(&mut conn), 0);
+    assert!(
+        acquire(&mut conn, "job", "late", 1000).is_some(),
+        "no window after the raise"
+    );
+    assert_eq!(deferred(&mut conn), 0);
+}
+
 #[test]
 fn a_blocked_waiter_whose_timeout_ends_inside_the_window_gets_null() {
     let server = server_with_grace(GRACE_MS);

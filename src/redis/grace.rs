@@ -238,15 +238,22 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     let _ = std::panic::catch_unwind(|| {
         if STARTUP_PENDING.swap(false, Ordering::Relaxed) {
             announce_start(ctx, "server started");
-            return;
+        } else {
+            match remaining_ms() {
+                // Closed (or dlock.grace-ms lowered): the locks with waiters
+                // are settled by the scheduler, which was asked to look at
+                // each of them no earlier than the end of the window.
+                0 => announce_end(ctx),
+                // dlock.grace-ms raised, or a new window: wait for its end.
+                left => arm(left),
+            }
         }
-        match remaining_ms() {
-            // Closed (or dlock.grace-ms lowered): the locks with waiters are
-            // settled by the scheduler, which was asked to look at each of
-            // them no earlier than the end of the window.
-            0 => announce_end(ctx),
-            // dlock.grace-ms raised, or a new window: wait for its end.
-            left => arm(left),
+        if remaining_ms() == 0 {
+            // Closed for good: a window opens on a start, a reload or a
+            // promotion, and raising dlock.grace-ms later must not reopen
+            // this one; and every ACQUIRE, FAIR and RENEW stops reading the
+            // monotonic clock for it (`remaining_us` returns at once).
+            OPENED_AT.store(0, Ordering::Relaxed);
         }
     });
 }
