@@ -1,7 +1,7 @@
 //! Boxes for lock values, and which thread is Redis's main thread.
 //!
 //! A lock value is allocated and freed once per ACQUIRE + RELEASE pair. The
-//! box of a freed, empty lock is kept (at most [`SPARE_BOXES`], on the main
+//! box of a freed, bare lock ([`Lock::is_bare`]) is kept (at most [`SPARE_BOXES`], on the main
 //! thread only) for the next new lock, which spares Redis's allocator a
 //! malloc and a free (and their used-memory accounting) per lock; kept
 //! boxes count in Redis's used memory like any module allocation.
@@ -18,7 +18,7 @@ use crate::lock::Lock;
 struct ThreadState {
     /// True on Redis's main thread (set in the module's init, which runs there).
     is_main: Cell<bool>,
-    /// Boxes of freed, empty lock values, kept for the next new lock.
+    /// Boxes of freed, bare lock values, kept for the next new lock.
     #[allow(clippy::vec_box)] // the boxes themselves are what is kept
     spare: RefCell<Vec<Box<Lock>>>,
 }
@@ -59,6 +59,7 @@ pub fn boxed_lock(lock: Lock) -> Box<Lock> {
         Some(mut boxed) => {
             // A kept box holds a bare lock, which owns nothing: overwriting
             // it needs no drop (which cost the pair about 40 instructions).
+            debug_assert!(boxed.is_bare(), "the pool keeps only bare locks");
             std::mem::forget(std::mem::replace(&mut *boxed, lock));
             boxed
         }
