@@ -116,8 +116,7 @@ fn round(design: Design, clients: &mut Clients, scripts: &Scripts, key: &str) ->
                 .as_array()
                 .and_then(|grant| grant[0].as_int())
                 .map(|token| token as f64 / 1000.0);
-            let released = waiter.call(&["DLOCK.RELEASE", key, "waiter"])?;
-            expect("DLOCK.RELEASE", &released, released.as_int() == Some(0))?;
+            expect_released(waiter.call(&["DLOCK.RELEASE", key, "waiter"])?)?;
             at
         }
         Design::PubSub => {
@@ -205,29 +204,73 @@ fn timer_round(config: &Config) -> Res<f64> {
     Ok(as_ms(late))
 }
 
-/// One release hand-off (the reference of issue 15's expiry target): the
-/// holder takes the lock with a long lease, the waiter blocks behind it,
-/// and the delay runs from the holder's DLOCK.RELEASE being sent to the
-/// waiter's grant being received.
-fn release_round(clients: &mut Clients, key: &str) -> Res<f64> {
+/// One release hand-off, the reference of issue 15's expiry target: the
+/// holder takes the lock with a long lease, the waiter blocks behind it, and
+/// the delay runs from the holder's DLOCK.RELEASE being sent to the waiter's
+/// grant being received.
+///
+/// `Release::Prompt` releases as soon as the waiter is queued, the waiter's
+/// grant read on the same thread: server and load generator are busy a
+/// moment before. `Release::AfterIdle` holds the lock 30 to 40 ms first, as
+/// long as an expiry round's waiter waits, with the waiter's thread blocked
+/// on its read all that time: the server, the waiter and their cores wake
+/// from the same idle as on a lease expiry, so only the hand-off itself
+/// differs.
+fn release_round(clients: &mut Clients, key: &str, release: Release) -> Res<f64> {
     let Clients { holder, waiter, .. } = clients;
     let grant = holder.call(&["DLOCK.ACQUIRE", key, "holder", WAITER_TTL])?;
     expect("DLOCK.ACQUIRE", &grant, grant.is_grant())?;
     // A long BLOCK: a stall of the machine must not time the waiter out.
-    waiter.queue(&["DLOCK.ACQUIRE", key, "waiter", WAITER_TTL, "BLOCK", "30000"]);
-    waiter.flush()?;
-    wait_for_waiting(holder, key, 1, Duration::from_secs(10))?;
-    let start = Instant::now();
+    let acquire = ["DLOCK.ACQUIRE", key, "waiter", WAITER_TTL, "BLOCK", "30000"];
+    let delay = match release {
+        Release::Prompt => {
+            waiter.queue(&acquire);
+            waiter.flush()?;
+            wait_for_waiting(holder, key, 1, Duration::from_secs(10))?;
+            let start = Instant::now();
+            send_release(holder, key)?;
+            let granted = waiter.read()?;
+            let delay = start.elapsed();
+            expect("hand-off grant", &granted, granted.is_grant())?;
+            expect_released(holder.read()?)?;
+            delay
+        }
+        Release::AfterIdle => std::thread::scope(|scope| -> Res<Duration> {
+            let waiting = scope.spawn(|| -> Res<Instant> {
+                let granted = waiter.call(&acquire)?;
+                let at = Instant::now();
+                expect("hand-off grant", &granted, granted.is_grant())?;
+                Ok(at)
+            });
+            wait_for_waiting(holder, key, 1, Duration::from_secs(10))?;
+            std::thread::sleep(Duration::from_micros(30_000 + jitter_us(10_000)));
+            let start = Instant::now();
+            send_release(holder, key)?;
+            expect_released(holder.read()?)?;
+            let granted_at = waiting
+                .join()
+                .unwrap_or_else(|_| Err("the waiter thread panicked".into()))?;
+            Ok(granted_at.saturating_duration_since(start))
+        })?,
+    };
+    expect_released(waiter.call(&["DLOCK.RELEASE", key, "waiter"])?)?;
+    Ok(as_ms(delay))
+}
+
+/// How a release round's holder releases (see [`release_round`]).
+#[derive(Clone, Copy)]
+enum Release {
+    Prompt,
+    AfterIdle,
+}
+
+fn send_release(holder: &mut Conn, key: &str) -> Res<()> {
     holder.queue(&["DLOCK.RELEASE", key, "holder"]);
-    holder.flush()?;
-    let granted = waiter.read()?;
-    let delay = as_ms(start.elapsed());
-    expect("hand-off grant", &granted, granted.is_grant())?;
-    let released = holder.read()?;
-    expect("DLOCK.RELEASE", &released, released.as_int() == Some(0))?;
-    let done = waiter.call(&["DLOCK.RELEASE", key, "waiter"])?;
-    expect("DLOCK.RELEASE", &done, done.as_int() == Some(0))?;
-    Ok(delay)
+    Ok(holder.flush()?)
+}
+
+fn expect_released(reply: Reply) -> Res<()> {
+    expect("DLOCK.RELEASE", &reply, reply.as_int() == Some(0))
 }
 
 /// Moves the subscription from `old` (if any) to `new`, skipping any
@@ -263,18 +306,25 @@ pub fn run(config: &Config) -> Res<Section> {
     let mut subscribed = String::new();
     let mut releases: Vec<f64> = Vec::new();
     let mut grants: Vec<f64> = Vec::new();
+    let mut idle_releases: Vec<f64> = Vec::new();
     let mut timers: Vec<f64> = Vec::new();
-    // Each round: the three designs, one release hand-off and one bare timer
-    // wake-up, rotating.
-    let kinds = Design::ALL.len() + 2;
+    // Each round: the three designs, the two release hand-offs and one bare
+    // timer wake-up, rotating.
+    let kinds = Design::ALL.len() + 3;
     for r in 0..rounds {
         for k in 0..kinds {
             let index = (r + k) % kinds;
             if index == Design::ALL.len() {
-                releases.push(release_round(&mut clients, &format!("release:{r}"))?);
+                let key = format!("release:{r}");
+                releases.push(release_round(&mut clients, &key, Release::Prompt)?);
                 continue;
             }
             if index == Design::ALL.len() + 1 {
+                let key = format!("idle-release:{r}");
+                idle_releases.push(release_round(&mut clients, &key, Release::AfterIdle)?);
+                continue;
+            }
+            if index == Design::ALL.len() + 2 {
                 timers.push(timer_round(config)?);
                 continue;
             }
@@ -303,11 +353,13 @@ pub fn run(config: &Config) -> Res<Section> {
          PTTL the lock script returned and retries (nothing is published when a \
          lease runs out); the polling waiter retries SET NX every 10 ms. The \
          waiter starts at a random moment in the first 10 ms of the lease. \
-         {rounds} rounds per design, interleaved with as many rounds of a release \
-         hand-off (a holder with a long lease releases while the waiter is blocked), \
-         the reference of the expiry target, and of a bare timer wake-up (a thread on \
-         the server's core sleeps on a timerfd until an instant 5 to 6 ms ahead), the \
-         host's share of any timer-driven hand-off."
+         {rounds} rounds per design, interleaved with as many rounds of two release \
+         hand-offs, the references of the expiry target (a holder with a long lease \
+         releases while the waiter is blocked: promptly, or after holding the lock 30 to \
+         40 ms, as long as an expiry round's waiter waits, with everything idle \
+         meanwhile), and of a bare timer wake-up (a thread on the server's core sleeps \
+         on a timerfd until an instant 5 to 6 ms ahead), the host's share of any \
+         timer-driven hand-off."
     );
     let mut table = Table::new(
         "",
@@ -334,29 +386,48 @@ pub fn run(config: &Config) -> Res<Section> {
     }
     section.tables.push(table);
     let release = |q: f64| percentile(&releases, q);
+    let idle_release = |q: f64| percentile(&idle_releases, q);
     let mut handoffs = Table::new(
-        "dlock's two hand-offs in the same run: the lease-expiry delay above against a \
-         release hand-off (release sent to the waiter's grant received):",
-        &["hand-off", "p50", "p99", "max"],
+        "dlock's hand-offs in the same run: the lease-expiry delay above against a \
+         release hand-off (release sent to the waiter's grant received), prompt and \
+         after an idle wait as long as the expiry round's:",
+        &[
+            "hand-off",
+            "p50",
+            "p99",
+            "max",
+            "expiry - this, p50",
+            "expiry - this, p99",
+        ],
     );
     handoffs.row(vec![
         "lease expiry (lease deadline -> waiter's grant received)".into(),
         format!("{:.3} ms", p(0, 50.0)),
         format!("{:.3} ms", p(0, 99.0)),
         format!("{:.3} ms", p(0, 100.0)),
-    ]);
-    handoffs.row(vec![
-        "release (DLOCK.RELEASE sent -> waiter's grant received)".into(),
-        format!("{:.3} ms", release(50.0)),
-        format!("{:.3} ms", release(99.0)),
-        format!("{:.3} ms", release(100.0)),
-    ]);
-    handoffs.row(vec![
-        "expiry - release".into(),
-        format!("{:.3} ms", p(0, 50.0) - release(50.0)),
-        format!("{:.3} ms", p(0, 99.0) - release(99.0)),
+        String::new(),
         String::new(),
     ]);
+    let rows: [(&str, &dyn Fn(f64) -> f64); 2] = [
+        (
+            "release after 30-40 ms idle (DLOCK.RELEASE sent -> waiter's grant received)",
+            &idle_release,
+        ),
+        (
+            "release as soon as the waiter is queued (same, busy a moment before)",
+            &release,
+        ),
+    ];
+    for (name, delay) in rows {
+        handoffs.row(vec![
+            name.into(),
+            format!("{:.3} ms", delay(50.0)),
+            format!("{:.3} ms", delay(99.0)),
+            format!("{:.3} ms", delay(100.0)),
+            format!("{:.3} ms", p(0, 50.0) - delay(50.0)),
+            format!("{:.3} ms", p(0, 99.0) - delay(99.0)),
+        ]);
+    }
     section.tables.push(handoffs);
     let grant = |q: f64| percentile(&grants, q);
     let timer = |q: f64| percentile(&timers, q);
@@ -397,6 +468,15 @@ pub fn run(config: &Config) -> Res<Section> {
          deletes the key); the target is checked on the raw figure."
             .into(),
     );
+    section.notes.push(
+        "Two release references: a lease-expiry round idles 30 to 40 ms before its hand-off \
+         (the server asleep in epoll, the waiter's thread blocked on its read), and waking \
+         from that idle costs this virtual machine's cores about 0.2 ms that a release sent \
+         while everything is still busy does not pay. The release after an idle wait as long \
+         as the expiry round's is the like-for-like reference of issue 15's target; the \
+         prompt release, the reference as the issue first measured it, is kept beside it."
+            .into(),
+    );
     section.targets.push(Target {
         what: "lease-expiry hand-off delay, p99 (dlock BLOCK)".into(),
         measured: format!("{:.3} ms", p(0, 99.0)),
@@ -404,7 +484,19 @@ pub fn run(config: &Config) -> Res<Section> {
         met: p(0, 99.0) <= 2.0,
     });
     section.targets.push(Target {
-        what: "lease-expiry hand-off p99 <= release hand-off p99 + 1 ms (issue 15)".into(),
+        what: "lease-expiry hand-off p99 <= p99 of a release hand-off after as long an idle \
+               wait + 1 ms (issue 15)"
+            .into(),
+        measured: format!(
+            "{:.3} ms vs {:.3} ms + 1 ms",
+            p(0, 99.0),
+            idle_release(99.0)
+        ),
+        goal: "<= release p99 + 1 ms".into(),
+        met: p(0, 99.0) <= idle_release(99.0) + 1.0,
+    });
+    section.targets.push(Target {
+        what: "the same against a prompt release hand-off (issue 15, as first measured)".into(),
         measured: format!("{:.3} ms vs {:.3} ms + 1 ms", p(0, 99.0), release(99.0)),
         goal: "<= release p99 + 1 ms".into(),
         met: p(0, 99.0) <= release(99.0) + 1.0,
@@ -415,6 +507,7 @@ pub fn run(config: &Config) -> Res<Section> {
         format!("#   pub/sub:  EVALSHA <lock> 1 k {LEASE_MS} holder ; PEXPIRETIME k ; (waiter, SUBSCRIBEd to unlock:k) EVALSHA <lock> 1 k {WAITER_TTL} waiter -> PTTL, wait, retry"),
         format!("#   polling:  SET k holder NX PX {LEASE_MS} ; PEXPIRETIME k ; (waiter) SET k waiter NX PX {WAITER_TTL} every 10 ms"),
         format!("#   release:  DLOCK.ACQUIRE k holder {WAITER_TTL} ; (waiter) DLOCK.ACQUIRE k waiter {WAITER_TTL} BLOCK 30000 ; DLOCK.INFO k (until waiting is 1) ; DLOCK.RELEASE k holder (clock starts) ; (waiter) read the grant (clock stops) ; DLOCK.RELEASE k waiter"),
+        format!("#   release after idle: the same, with a sleep of 30-40 ms before DLOCK.RELEASE, the waiter reading its grant on its own thread"),
     ];
     Ok(section)
 }
