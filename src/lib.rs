@@ -20,20 +20,21 @@ mod module {
     use crate::redis::datatype::{self, LOCK_TYPE_REGISTRATION};
     use crate::redis::grace::{self, GRACE_MS, MAX_LEASE_MS};
     use crate::redis::latches::LATCH_TYPE;
-    use crate::redis::{events, registry, scheduler, stats};
+    use crate::redis::{events, info, registry, upkeep};
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
 
     fn initialize(ctx: &Context, _args: &[RedisString]) -> Status {
         datatype::init(ctx);
         crate::redis::audit::init(ctx);
-        scheduler::init(ctx);
+        upkeep::init(ctx);
+        crate::redis::awaiters::init();
         grace::init(ctx);
         if let Err(name) = registry::register_commands(ctx) {
             ctx.log_warning(&format!("dlock: failed to register {name:?}"));
             return Status::Err;
         }
-        if !stats::register_info(ctx) {
+        if !info::register_info(ctx) {
             ctx.log_warning("dlock: failed to register the INFO section");
             return Status::Err;
         }

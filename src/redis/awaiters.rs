@@ -139,6 +139,18 @@ pub fn block(
     Ok(())
 }
 
+/// Has the latch data type answer its awaiters through this registry;
+/// called once from the module's init.
+pub fn init() {
+    super::latches::set_awaiter_answer(answer_latch_gone);
+}
+
+/// A latch value is going away: its awaiters are answered 1 if it had
+/// opened, 0 otherwise.
+fn answer_latch_gone(ids: Vec<WaiterId>, opened: bool) {
+    answer(ids, if opened { Answer::Opened } else { Answer::Gone });
+}
+
 /// Answers these awaiters (their latch value is going away).
 pub fn answer(ids: impl IntoIterator<Item = WaiterId>, answer: Answer) {
     for id in ids {

@@ -11,15 +11,16 @@
 //! closed (ttl, DEL, FLUSH, eviction, a full sync).
 
 use std::os::raw::{c_int, c_longlong, c_void};
+use std::sync::OnceLock;
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::awaiters::{self, Answer};
 use super::ffi::{api, Ctx, KeyName};
 use crate::commands::CommandError;
 use crate::lock::codec::{Sink, Source};
 use crate::lock::latch::{self, Latch};
+use crate::lock::WaiterId;
 
 /// The type name shown by TYPE; exactly 9 characters, as Redis requires.
 pub const LATCH_TYPE_NAME: &str = "dlocklatc";
@@ -51,6 +52,26 @@ pub static LATCH_TYPE: RedisType = RedisType::new(
         aux_save2: None,
     },
 );
+
+/// Answers the awaiters of a latch value Redis takes away, `true` when the
+/// latch had opened. Set once at load by [`super::awaiters::init`]: the
+/// registry of blocked awaiters sits above this data type, which does not
+/// import it.
+static ANSWER_AWAITERS: OnceLock<fn(Vec<WaiterId>, bool)> = OnceLock::new();
+
+/// Sets what answers the awaiters of a latch value going away; called once
+/// from the module's init.
+pub fn set_awaiter_answer(answer: fn(Vec<WaiterId>, bool)) {
+    let _ = ANSWER_AWAITERS.set(answer);
+}
+
+/// Answers the awaiters of `latch`, which Redis is taking away.
+fn answer_awaiters(latch: &mut Latch) {
+    if let Some(answer) = ANSWER_AWAITERS.get() {
+        let opened = latch.is_open();
+        answer(latch.take_awaiters(), opened);
+    }
+}
 
 /// The registered latch type, or null before registration.
 fn latch_type() -> *mut raw::RedisModuleType {
@@ -309,13 +330,8 @@ unsafe extern "C" fn free(value: *mut c_void) {
         // were answered by the flush event already.)
         return;
     }
-    let answer = if latch.is_open() {
-        Answer::Opened
-    } else {
-        Answer::Gone
-    };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        awaiters::answer(latch.take_awaiters(), answer);
+        answer_awaiters(&mut latch);
     }));
 }
 
@@ -337,12 +353,7 @@ unsafe extern "C" fn unlink(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const 
         if latch.awaiter_count() == 0 {
             return;
         }
-        let answer = if latch.is_open() {
-            Answer::Opened
-        } else {
-            Answer::Gone
-        };
-        awaiters::answer(latch.take_awaiters(), answer);
+        answer_awaiters(latch);
     })
 }
 

@@ -11,6 +11,7 @@ pub mod datatype;
 pub mod events;
 mod ffi;
 pub mod grace;
+pub mod info;
 pub mod keyspace;
 pub mod latches;
 pub mod multiwaiters;
@@ -21,6 +22,7 @@ pub mod scheduler;
 pub mod stats;
 pub mod timeouts;
 pub mod tokens;
+pub mod upkeep;
 pub mod waiters;
 mod wakeup;
 

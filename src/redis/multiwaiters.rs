@@ -210,7 +210,7 @@ pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
                 // Opening a key whose lease has ended makes Redis expire it:
                 // its waiters (this request among them) are queued again at
                 // once, in their order.
-                scheduler::adopt_orphans_at(ctx, name.name(), &mut key);
+                waiters::adopt_orphans_at(ctx, name.name(), &mut key);
                 keys.push(key);
             }
             Err(_) => {

@@ -1,39 +1,78 @@
-//! Work that must happen without a client asking: lease-expiry and
-//! reservation-expiry hand-offs, waiters re-queued after their lock value was
-//! deleted (DEL, FLUSHALL, eviction, Redis's own expiry), settling a queue a
-//! waiter left, releasing SESSION holds of closed connections, and answering
-//! blocked clients whose BLOCK timeout passed (see [`timeouts`]).
+//! The timer of the work that must happen without a client asking:
+//! lease-expiry and reservation-expiry hand-offs, waiters re-queued after
+//! their lock value was deleted (DEL, FLUSHALL, eviction, Redis's own
+//! expiry), settling a queue a waiter left, releasing SESSION holds of
+//! closed connections, and answering blocked clients whose BLOCK timeout
+//! passed (see [`timeouts`]).
 //!
-//! One Redis timer is armed for the earliest due time. Its callback runs on
-//! the main thread with a context that may open keys and replicate, so every
-//! change made here reaches replicas and the AOF like a command's. Timers
-//! also fire on replicas and while loading: nothing is done there (replicas
-//! hold no blocked clients, and their state comes from the master).
+//! This file keeps the work to do and when: the lists the rest of the
+//! adapter adds to, and one Redis timer armed for the earliest due time.
+//! What the work is lives a layer up, in [`super::upkeep`], which hands
+//! its entry points to [`init`]: the scheduler imports none of the
+//! registries and keyspace code that schedule work here.
+//!
+//! The timer's callback runs on the main thread with a context that may
+//! open keys and replicate, so every change made from it reaches replicas
+//! and the AOF like a command's. Timers also fire on replicas and while
+//! loading: nothing is done there (replicas hold no blocked clients, and
+//! their state comes from the master).
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
-use super::audit::Fact;
-use super::awaiters;
-use super::ffi::{api, Ctx, KeyName, LockKey};
-use super::keyspace::{self, settle, Changes};
-use super::multiwaiters;
-use super::stats::{self, Event};
+use super::ffi::{api, Ctx};
 use super::timeouts::{self, Blocked};
-use super::waiters::{self, OrphanGroup};
 use super::wakeup;
 use crate::clock;
-use crate::lock::{Lock, Mode, WaiterId};
+use crate::lock::{Mode, Waiter, WaiterId};
 
 /// A context owned by the module for the whole of its life, used to create
 /// timers from places that have none (a value's free callback).
 static TIMER_CONTEXT: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
 pub type Place = (i32, Box<[u8]>);
+
+/// A waiter taken out of a queue, with its owner.
+pub type QueuedWaiter = (Box<[u8]>, Waiter);
+
+/// Waiters of a deleted lock value that waited at the same key.
+pub struct OrphanGroup {
+    pub db: i32,
+    pub key: Box<[u8]>,
+    pub waiters: Vec<QueuedWaiter>,
+    /// The value went away because its lease had ended (Redis expired it).
+    pub lease_expired: bool,
+}
+
+impl OrphanGroup {
+    /// Whether these waiters may be re-queued at their key on this server.
+    /// In a cluster a value may have left for another node (MIGRATE during
+    /// resharding deletes it here exactly as DEL does): granting a lock
+    /// here could make a second holder, so only a value that Redis expired
+    /// (its lease ended, here) is handed on; other waiters get null and
+    /// retry, following MOVED if the slot moved.
+    pub fn rehomes_here(&self, in_cluster: bool) -> bool {
+        !in_cluster || self.lease_expired
+    }
+}
+
+/// What the timer runs, handed to [`init`] by the layer above.
+pub struct Work {
+    /// Does everything due (the server may act: a master, not loading).
+    pub run_due: fn(Ctx),
+    /// Answers null the blocked clients whose timeout passed by `now` (ms).
+    pub answer_timeouts: fn(Ctx, u64),
+    /// Runs when the server may not act (a replica, or loading): answers
+    /// due timeouts and drops the work the master decides.
+    pub stand_by: fn(Ctx),
+}
+
+static WORK: OnceLock<Work> = OnceLock::new();
 
 #[derive(Default)]
 struct Scheduler {
@@ -63,12 +102,12 @@ struct Scheduler {
 /// A hold granted to a blocked client that never received the grant (Redis
 /// 7.0 drops the reply of a client unblocked again in the same event-loop
 /// turn, by `CLIENT UNBLOCK` or a disconnect).
-struct Revocation {
-    db: i32,
-    key: Box<[u8]>,
-    owner: Box<[u8]>,
-    mode: Mode,
-    token: u64,
+pub struct Revocation {
+    pub db: i32,
+    pub key: Box<[u8]>,
+    pub owner: Box<[u8]>,
+    pub mode: Mode,
+    pub token: u64,
 }
 
 /// A lock value Redis unlinked from its key (DEL, expiry, eviction,
@@ -78,14 +117,14 @@ struct Revocation {
 /// waiters are re-queued at their key); a value still alive when the timer
 /// runs was moved: its waiters asked for the old name and are answered null
 /// (they retry), and its SESSION hold is found at its new place.
-struct Departure {
+pub struct Departure {
     /// The value's address: compared, never dereferenced.
-    value: usize,
-    db: i32,
-    key: Box<[u8]>,
-    waiters: Vec<waiters::QueuedWaiter>,
+    pub value: usize,
+    pub db: i32,
+    pub key: Box<[u8]>,
+    pub waiters: Vec<QueuedWaiter>,
     /// Connections whose SESSION holds are in the value.
-    sessions: Vec<u64>,
+    pub sessions: Vec<u64>,
 }
 
 impl Scheduler {
@@ -163,8 +202,10 @@ fn with_scheduler<T>(f: impl FnOnce(&mut Scheduler) -> T) -> Option<T> {
         .flatten()
 }
 
-/// Keeps a detached context for timers; called once from the module's init.
-pub fn init(ctx: &redis_module::Context) {
+/// Keeps a detached context for timers and what they run; called once from
+/// the module's init (through [`super::upkeep::init`]).
+pub fn init(ctx: &redis_module::Context, work: Work) {
+    let _ = WORK.set(work);
     let detached =
         api!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
     TIMER_CONTEXT.store(detached, Ordering::Relaxed);
@@ -199,13 +240,7 @@ pub fn adopt_orphans(groups: Vec<OrphanGroup>) {
 /// Redis unlinked the lock value at `value` from `db`/`key` while `waiters`
 /// (taken out of it) or the SESSION holds of connections `sessions`
 /// depended on that place; see [`Departure`].
-pub fn depart(
-    value: usize,
-    db: i32,
-    key: &[u8],
-    waiters: Vec<waiters::QueuedWaiter>,
-    sessions: Vec<u64>,
-) {
+pub fn depart(value: usize, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>, sessions: Vec<u64>) {
     with_scheduler(|scheduler| {
         scheduler.departures.push(Departure {
             value,
@@ -227,7 +262,7 @@ pub fn may_have_departures() -> bool {
 
 /// The value at `value` is being freed: the place it was unlinked from and
 /// the waiters taken out of it then, if any (they are its orphans).
-pub fn take_departed_waiters(value: usize) -> (Option<Place>, Vec<waiters::QueuedWaiter>) {
+pub fn take_departed_waiters(value: usize) -> (Option<Place>, Vec<QueuedWaiter>) {
     if !MAY_HAVE_DEPARTURES.load(Ordering::Relaxed) {
         return (None, Vec::new());
     }
@@ -249,49 +284,6 @@ pub fn take_departed_waiters(value: usize) -> (Option<Place>, Vec<waiters::Queue
         (place, taken)
     })
     .unwrap_or_default()
-}
-
-/// Re-queues, at once, the orphaned waiters that waited at `name` (the
-/// value under them was just deleted, e.g. by Redis expiring the key as this
-/// command opened it), so that nobody takes the lock ahead of them.
-pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
-    if !MAY_HAVE_ORPHANS.load(Ordering::Relaxed) {
-        return;
-    }
-    match with_scheduler(|scheduler| scheduler.orphans.is_empty()) {
-        Some(false) => {}
-        Some(true) => {
-            MAY_HAVE_ORPHANS.store(false, Ordering::Relaxed);
-            return;
-        }
-        None => return,
-    }
-    let db = ctx.selected_db();
-    let in_cluster = ctx.in_cluster();
-    let waiting = with_scheduler(|scheduler| {
-        let mut taken = Vec::new();
-        scheduler.orphans.retain_mut(|group| {
-            let here = group.db == db && *group.key == *name.bytes();
-            if here && rehomes_here(in_cluster, group) {
-                taken.append(&mut group.waiters);
-                false
-            } else {
-                true
-            }
-        });
-        taken
-    })
-    .unwrap_or_default();
-    if waiting.is_empty() {
-        return;
-    }
-    if key.lock().is_none() && key.insert(Lock::new()).is_err() {
-        waiters::refuse(waiting);
-        return;
-    }
-    if let Some(lock) = key.lock_mut() {
-        waiters::requeue(lock, db, name.bytes(), waiting);
-    }
 }
 
 /// A multi-key request heads a queue where it may be granted: try to grant
@@ -336,7 +328,7 @@ pub fn track_session(client: u64, db: i32, key: &[u8]) {
 
 /// The SESSION lock of connection `client` moved from one place to another
 /// (RENAME, MOVE): its hold follows.
-fn move_session_place(client: u64, from: (i32, &[u8]), to: (i32, &[u8])) {
+pub fn move_session_place(client: u64, from: (i32, &[u8]), to: (i32, &[u8])) {
     with_scheduler(|scheduler| {
         let places = scheduler.sessions.entry(client).or_default();
         places.retain(|(db, key)| !(*db == from.0 && **key == *from.1));
@@ -482,7 +474,9 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         // Answering a timed-out client changes no data (a queue place is
         // not replicated; the key is settled after the pause), so timeouts
         // are kept during a pause, as Redis keeps BLPOP's.
-        let _ = std::panic::catch_unwind(|| answer_due_timeouts(ctx, clock::now_ms()));
+        if let Some(work) = WORK.get() {
+            let _ = std::panic::catch_unwind(|| (work.answer_timeouts)(ctx, clock::now_ms()));
+        }
         let timer_ctx = TIMER_CONTEXT.load(Ordering::Relaxed);
         let retry = i64::try_from(PAUSE_RETRY_MS).unwrap_or(10);
         let timer = api!(RedisModule_CreateTimer(timer_ctx, retry, Some(on_timer), std::ptr::null_mut()) else 0);
@@ -490,7 +484,11 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         with_scheduler(|scheduler| scheduler.armed = Some((timer, at)));
         return;
     }
-    let outcome = std::panic::catch_unwind(|| run_due(ctx));
+    let outcome = std::panic::catch_unwind(|| match WORK.get() {
+        Some(work) if ctx.may_act() => (work.run_due)(ctx),
+        Some(work) => (work.stand_by)(ctx),
+        None => {}
+    });
     if outcome.is_err() {
         // Drop what failed rather than retrying it forever.
         with_scheduler(|scheduler| {
@@ -502,200 +500,98 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     arm();
 }
 
-fn run_due(ctx: Ctx) {
-    if !ctx.may_act() {
-        // A replica or a loading server: the master decides. Lock waiters
-        // cannot exist here (their clients were disconnected on demotion);
-        // latch awaiters can (AWAIT reads), and time out here.
-        answer_due_timeouts(ctx, clock::now_ms());
-        let departures = with_scheduler(|scheduler| {
-            scheduler.due.clear();
-            scheduler.pending.clear();
-            scheduler.orphans.clear();
-            scheduler.closed.clear();
-            scheduler.multi_ready.clear();
-            scheduler.revoked.clear();
-            std::mem::take(&mut scheduler.departures)
-        })
-        .unwrap_or_default();
-        for departure in departures {
-            waiters::refuse(departure.waiters);
-        }
-        return;
-    }
-    let original_db = ctx.selected_db();
-    // Settling a key can orphan waiters (Redis expires the key as it is
-    // opened); run again until nothing due is left, within reason.
-    for _round in 0..8 {
-        let now = clock::now_ms();
-        run_round(ctx, now);
-        if !with_scheduler(|scheduler| scheduler.has_work(now)).unwrap_or(false) {
-            break;
-        }
-    }
-    ctx.select_db(original_db);
+// What the layer above takes to do its work (see [`Work`]).
+
+/// False when no value has orphaned waiters waiting to be re-queued (see
+/// [`MAY_HAVE_ORPHANS`]): one atomic load.
+#[inline]
+pub fn may_have_orphans() -> bool {
+    MAY_HAVE_ORPHANS.load(Ordering::Relaxed)
 }
 
-/// Answers null every blocked client whose timeout has passed.
-fn answer_due_timeouts(ctx: Ctx, now: u64) {
-    for who in timeouts::take_due(now) {
-        match who {
-            Blocked::Waiter(id) => {
-                if !waiters::time_out(ctx, id) {
-                    multiwaiters::time_out(ctx, id);
-                }
+/// Takes, at once, the orphaned waiters that waited at `db`/`key` and may
+/// be re-queued there (see [`OrphanGroup::rehomes_here`]), in queue order.
+pub fn take_orphans_at(db: i32, key: &[u8], in_cluster: bool) -> Vec<QueuedWaiter> {
+    if !MAY_HAVE_ORPHANS.load(Ordering::Relaxed) {
+        return Vec::new();
+    }
+    with_scheduler(|scheduler| {
+        let mut taken = Vec::new();
+        if scheduler.orphans.is_empty() {
+            MAY_HAVE_ORPHANS.store(false, Ordering::Relaxed);
+            return taken;
+        }
+        scheduler.orphans.retain_mut(|group| {
+            let here = group.db == db && *group.key == *key;
+            if here && group.rehomes_here(in_cluster) {
+                taken.append(&mut group.waiters);
+                false
+            } else {
+                true
             }
-            Blocked::Awaiter(id) => awaiters::time_out(ctx, id),
-        }
-    }
+        });
+        taken
+    })
+    .unwrap_or_default()
 }
 
-fn run_round(ctx: Ctx, now: u64) {
-    // Timeouts first: a client whose wait has ended is answered null, as
-    // Redis answers a BLPOP whose timeout passed before the data came.
-    answer_due_timeouts(ctx, now);
-
-    let ready =
-        with_scheduler(|scheduler| std::mem::take(&mut scheduler.multi_ready)).unwrap_or_default();
-    for id in ready {
-        multiwaiters::try_grant(ctx, id, now);
-    }
-
-    // Unlinked values not freed since: they were moved (RENAME, MOVE).
-    let moved =
-        with_scheduler(|scheduler| std::mem::take(&mut scheduler.departures)).unwrap_or_default();
-    for departure in moved {
-        waiters::refuse(departure.waiters);
-        if departure.sessions.is_empty() {
-            continue;
-        }
-        if let Some((db, key)) = ctx.find_lock_value(departure.value, departure.db) {
-            for client in departure.sessions {
-                move_session_place(client, (departure.db, &departure.key), (db, &key));
-            }
-        }
-    }
-
-    let revoked =
-        with_scheduler(|scheduler| std::mem::take(&mut scheduler.revoked)).unwrap_or_default();
-    for revocation in revoked {
-        revoke(ctx, &revocation, now);
-    }
-
-    let closed =
-        with_scheduler(|scheduler| std::mem::take(&mut scheduler.closed)).unwrap_or_default();
-    for client in closed {
-        let places = with_scheduler(|scheduler| scheduler.sessions.remove(&client))
-            .flatten()
-            .unwrap_or_default();
-        for (db, key) in places {
-            release_session(ctx, client, db, &key, now);
-        }
-    }
-
-    let orphans =
-        with_scheduler(|scheduler| std::mem::take(&mut scheduler.orphans)).unwrap_or_default();
-    for group in &orphans {
-        rehome(ctx, group, now);
-    }
-
-    while let Some((db, key)) = with_scheduler(|scheduler| scheduler.pop_due(now)).flatten() {
-        settle_key(ctx, db, &key, now);
-    }
+/// Whether something is due by `now` (ms).
+pub fn has_work(now: u64) -> bool {
+    with_scheduler(|scheduler| scheduler.has_work(now)).unwrap_or(false)
 }
 
-/// Hands on, re-arms or deletes the lock at `db`/`key` as its state requires.
-fn settle_key(ctx: Ctx, db: i32, key: &[u8], now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key) else {
-        return;
-    };
-    if lock_key.lock().is_some() {
-        let step = keyspace::step(now);
-        settle(ctx, name.name(), &mut lock_key, step, Changes::default());
-    }
+/// The next key due by `now` (ms), removed from the schedule.
+pub fn pop_due(now: u64) -> Option<Place> {
+    with_scheduler(|scheduler| scheduler.pop_due(now)).flatten()
 }
 
-/// Takes back a hold whose grant never reached its client.
-fn revoke(ctx: Ctx, revocation: &Revocation, now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(revocation.db, &revocation.key) else {
-        return;
-    };
-    let mut step = keyspace::step(now);
-    let Some(lock) = lock_key.lock_mut() else {
-        return;
-    };
-    let revoked = lock.revoke(
-        &revocation.owner,
-        revocation.mode,
-        revocation.token,
-        &mut step,
-    );
-    if revoked {
-        stats::record(ctx, Event::Release, name.name());
-    }
-    settle(ctx, name.name(), &mut lock_key, step, Changes::default());
+/// The multi-key requests found grantable since last asked.
+pub fn take_multi_ready() -> Vec<WaiterId> {
+    with_scheduler(|scheduler| std::mem::take(&mut scheduler.multi_ready)).unwrap_or_default()
 }
 
-fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
-    let Some((mut lock_key, name)) = ctx.open_lock_in(db, key) else {
-        return;
-    };
-    let mut step = keyspace::step(now);
-    let Some(lock) = lock_key.lock_mut() else {
-        return;
-    };
-    for hold in lock.end_session(client, &mut step) {
-        let fact = Fact {
-            owner: &hold.owner,
-            token: hold.token,
-            holds: 0,
-        };
-        stats::record_fact(ctx, Event::Release, name.name(), fact);
-    }
-    settle(ctx, name.name(), &mut lock_key, step, Changes::default());
+/// The unlinked values not freed since (see [`Departure`]).
+pub fn take_departures() -> Vec<Departure> {
+    with_scheduler(|scheduler| std::mem::take(&mut scheduler.departures)).unwrap_or_default()
 }
 
-/// Whether orphaned waiters may be re-queued at their key on this server.
-/// In a cluster a value may have left for another node (MIGRATE during
-/// resharding deletes it here exactly as DEL does): granting a lock here
-/// could make a second holder, so only a value that Redis expired (its lease
-/// ended, here) is handed on; other waiters get null and retry, following
-/// MOVED if the slot moved.
-fn rehomes_here(in_cluster: bool, group: &OrphanGroup) -> bool {
-    !in_cluster || group.lease_expired
+/// The grants to take back (see [`revoke_grant`]).
+pub fn take_revoked() -> Vec<Revocation> {
+    with_scheduler(|scheduler| std::mem::take(&mut scheduler.revoked)).unwrap_or_default()
 }
 
-/// Re-queues the waiters of a deleted lock value at their key (a new lock
-/// if the key is empty), then hands the lock to the head.
-fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
-    let entries = group.waiters.clone();
-    if !rehomes_here(ctx.in_cluster(), group) {
-        waiters::refuse(entries);
-        return;
-    }
-    let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key) else {
-        waiters::refuse(entries);
-        return;
-    };
-    if lock_key.lock().is_none() && lock_key.insert(Lock::new()).is_err() {
-        waiters::refuse(entries);
-        return;
-    }
-    if let Some(lock) = lock_key.lock_mut() {
-        waiters::requeue(lock, group.db, &group.key, entries);
-    }
-    if group.lease_expired {
-        stats::record(ctx, Event::Expire, name.name());
-    }
-    let changes = Changes {
-        queue: true,
-        ..Changes::default()
-    };
-    settle(
-        ctx,
-        name.name(),
-        &mut lock_key,
-        keyspace::step(now),
-        changes,
-    );
+/// The closed connections with SESSION holds, each with the places of its
+/// holds (forgotten here).
+pub fn take_closed_sessions() -> Vec<(u64, Vec<Place>)> {
+    with_scheduler(|scheduler| {
+        let closed = std::mem::take(&mut scheduler.closed);
+        closed
+            .into_iter()
+            .map(|client| {
+                let places = scheduler.sessions.remove(&client).unwrap_or_default();
+                (client, places)
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// The groups of orphaned waiters not re-queued yet.
+pub fn take_orphans() -> Vec<OrphanGroup> {
+    with_scheduler(|scheduler| std::mem::take(&mut scheduler.orphans)).unwrap_or_default()
+}
+
+/// Drops the work only a master does (a replica or a loading server: the
+/// master decides); returns the departures, whose waiters need an answer.
+pub fn drop_master_work() -> Vec<Departure> {
+    with_scheduler(|scheduler| {
+        scheduler.due.clear();
+        scheduler.pending.clear();
+        scheduler.orphans.clear();
+        scheduler.closed.clear();
+        scheduler.multi_ready.clear();
+        scheduler.revoked.clear();
+        std::mem::take(&mut scheduler.departures)
+    })
+    .unwrap_or_default()
 }

@@ -1,4 +1,5 @@
-//! Counters for `INFO dlock` and the keyspace events lock changes publish.
+//! Counters for `INFO dlock` (see [`super::info`]) and the keyspace events
+//! lock changes publish.
 //!
 //! Events are published with the module class (`notify-keyspace-events`
 //! flag `d`), e.g. `CONFIG SET notify-keyspace-events Kd` and then
@@ -104,22 +105,22 @@ impl Event {
     }
 }
 
-static ACQUIRES: AtomicU64 = AtomicU64::new(0);
-static REENTRIES: AtomicU64 = AtomicU64::new(0);
-static RELEASES: AtomicU64 = AtomicU64::new(0);
-static RENEWALS: AtomicU64 = AtomicU64::new(0);
-static RESERVATIONS_MADE: AtomicU64 = AtomicU64::new(0);
-static HANDOFFS: AtomicU64 = AtomicU64::new(0);
-static LEASE_EXPIRIES: AtomicU64 = AtomicU64::new(0);
-static BLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
-static SHARED_GRANTS: AtomicU64 = AtomicU64::new(0);
-static DEADLOCKS: AtomicU64 = AtomicU64::new(0);
-static LATCHES_CREATED: AtomicU64 = AtomicU64::new(0);
-static COUNTDOWNS: AtomicU64 = AtomicU64::new(0);
-static LATCHES_OPENED: AtomicU64 = AtomicU64::new(0);
-static AWAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
-static MULTI_ACQUIRES: AtomicU64 = AtomicU64::new(0);
-static MULTI_HANDOFFS: AtomicU64 = AtomicU64::new(0);
+pub(super) static ACQUIRES: AtomicU64 = AtomicU64::new(0);
+pub(super) static REENTRIES: AtomicU64 = AtomicU64::new(0);
+pub(super) static RELEASES: AtomicU64 = AtomicU64::new(0);
+pub(super) static RENEWALS: AtomicU64 = AtomicU64::new(0);
+pub(super) static RESERVATIONS_MADE: AtomicU64 = AtomicU64::new(0);
+pub(super) static HANDOFFS: AtomicU64 = AtomicU64::new(0);
+pub(super) static LEASE_EXPIRIES: AtomicU64 = AtomicU64::new(0);
+pub(super) static BLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+pub(super) static SHARED_GRANTS: AtomicU64 = AtomicU64::new(0);
+pub(super) static DEADLOCKS: AtomicU64 = AtomicU64::new(0);
+pub(super) static LATCHES_CREATED: AtomicU64 = AtomicU64::new(0);
+pub(super) static COUNTDOWNS: AtomicU64 = AtomicU64::new(0);
+pub(super) static LATCHES_OPENED: AtomicU64 = AtomicU64::new(0);
+pub(super) static AWAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+pub(super) static MULTI_ACQUIRES: AtomicU64 = AtomicU64::new(0);
+pub(super) static MULTI_HANDOFFS: AtomicU64 = AtomicU64::new(0);
 
 /// Counts `event` and publishes it as a keyspace event on `name`. Nothing
 /// is published (nor is Redis called) while `notify-keyspace-events` leaves
@@ -174,75 +175,4 @@ pub fn count(event: Event) {
 
 fn increment(counter: &AtomicU64) {
     counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-}
-
-/// The `INFO dlock` fields.
-pub fn fields() -> [(&'static str, u64); 16] {
-    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    let [grace_remaining, grace_deferred, grace_windows] = super::grace::fields();
-    [
-        ("acquires", read(&ACQUIRES)),
-        ("reentries", read(&REENTRIES)),
-        ("releases", read(&RELEASES)),
-        ("renewals", read(&RENEWALS)),
-        ("handoffs", read(&HANDOFFS)),
-        ("lease_expiries", read(&LEASE_EXPIRIES)),
-        ("block_timeouts", read(&BLOCK_TIMEOUTS)),
-        ("shared_grants", read(&SHARED_GRANTS)),
-        ("deadlocks", read(&DEADLOCKS)),
-        ("blocked_clients", super::waiters::blocked_count() as u64),
-        ("reservations", crate::lock::stored_reservations()),
-        ("reservations_made", read(&RESERVATIONS_MADE)),
-        ("last_token", super::tokens::last()),
-        grace_remaining,
-        grace_deferred,
-        grace_windows,
-    ]
-}
-
-/// The latch fields of `INFO dlock`, after the lock fields.
-pub fn latch_fields() -> [(&'static str, u64); 5] {
-    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    [
-        ("latches_created", read(&LATCHES_CREATED)),
-        ("countdowns", read(&COUNTDOWNS)),
-        ("latches_opened", read(&LATCHES_OPENED)),
-        ("await_timeouts", read(&AWAIT_TIMEOUTS)),
-        ("latch_awaiters", super::awaiters::blocked_count() as u64),
-    ]
-}
-
-/// The multi-key acquire fields of `INFO dlock`, after the latch fields.
-pub fn multi_fields() -> [(&'static str, u64); 3] {
-    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    [
-        ("multi_acquires", read(&MULTI_ACQUIRES)),
-        ("multi_handoffs", read(&MULTI_HANDOFFS)),
-        ("multi_blocked", super::multiwaiters::blocked_count() as u64),
-    ]
-}
-
-/// Registers the `INFO dlock` section; called from the module's init.
-pub fn register_info(ctx: &redis_module::Context) -> bool {
-    api!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_section)) else raw::REDISMODULE_ERR as i32)
-        == raw::REDISMODULE_OK as i32
-}
-
-unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
-    let _ = std::panic::catch_unwind(|| {
-        // The default section is named after the module: `INFO dlock`;
-        // Redis prefixes each field with `dlock_`.
-        api!(RedisModule_InfoAddSection(ctx, c"".as_ptr()) else 0);
-        api!(RedisModule_InfoAddFieldCString(ctx, c"version".as_ptr(), crate::version::VERSION_C.as_ptr()) else 0);
-        for (name, value) in fields()
-            .into_iter()
-            .chain(latch_fields())
-            .chain(multi_fields())
-        {
-            let mut field = [0u8; 32];
-            let len = name.len().min(field.len() - 1);
-            field[..len].copy_from_slice(&name.as_bytes()[..len]);
-            api!(RedisModule_InfoAddFieldULongLong(ctx, field.as_ptr().cast(), value) else 0);
-        }
-    });
 }

@@ -22,7 +22,7 @@ use std::thread::LocalKey;
 
 use super::blocked::{self, BlockedKind, Registry};
 use super::ffi::{Ctx, KeyName, LockKey};
-use super::scheduler;
+use super::scheduler::{self, OrphanGroup, QueuedWaiter};
 use super::stats::{self, Event};
 use super::timeouts::Blocked;
 use crate::commands::CommandError;
@@ -262,16 +262,31 @@ fn unblock(id: WaiterId, mut outcome: Outcome) {
     handle.answer(outcome);
 }
 
-/// A waiter taken out of a queue, with its owner.
-pub type QueuedWaiter = (Box<[u8]>, Waiter);
+/// Re-queues, at once, the orphaned waiters that waited at `name` (the
+/// value under them was just deleted, e.g. by Redis expiring the key as this
+/// command opened it), so that nobody takes the lock ahead of them.
+#[inline]
+pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
+    // One atomic load on the commands' path while no value has orphans.
+    if scheduler::may_have_orphans() {
+        adopt_orphans_now(ctx, name, key);
+    }
+}
 
-/// Waiters of a deleted lock value that waited at the same key.
-pub struct OrphanGroup {
-    pub db: i32,
-    pub key: Box<[u8]>,
-    pub waiters: Vec<QueuedWaiter>,
-    /// The value went away because its lease had ended (Redis expired it).
-    pub lease_expired: bool,
+#[inline(never)]
+fn adopt_orphans_now(ctx: Ctx, name: KeyName, key: &mut LockKey) {
+    let db = ctx.selected_db();
+    let waiting = scheduler::take_orphans_at(db, name.bytes(), ctx.in_cluster());
+    if waiting.is_empty() {
+        return;
+    }
+    if key.lock().is_none() && key.insert(Lock::new()).is_err() {
+        refuse(waiting);
+        return;
+    }
+    if let Some(lock) = key.lock_mut() {
+        requeue(lock, db, name.bytes(), waiting);
+    }
 }
 
 /// Where each waiter of a dying lock value waited: groups by key, in queue

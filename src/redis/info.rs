@@ -1,0 +1,83 @@
+//! The `INFO dlock` section: the event counters of [`stats`] beside what
+//! the registries of blocked clients, the grace window and the token
+//! counter hold now. It reads them all and nothing reads it, so it sits
+//! above them: [`stats`], which every command and callback counts into,
+//! imports none of them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::raw;
+
+use super::ffi::api;
+use super::{awaiters, grace, multiwaiters, stats, tokens, waiters};
+
+/// The `INFO dlock` fields.
+fn fields() -> [(&'static str, u64); 16] {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let [grace_remaining, grace_deferred, grace_windows] = grace::fields();
+    [
+        ("acquires", read(&stats::ACQUIRES)),
+        ("reentries", read(&stats::REENTRIES)),
+        ("releases", read(&stats::RELEASES)),
+        ("renewals", read(&stats::RENEWALS)),
+        ("handoffs", read(&stats::HANDOFFS)),
+        ("lease_expiries", read(&stats::LEASE_EXPIRIES)),
+        ("block_timeouts", read(&stats::BLOCK_TIMEOUTS)),
+        ("shared_grants", read(&stats::SHARED_GRANTS)),
+        ("deadlocks", read(&stats::DEADLOCKS)),
+        ("blocked_clients", waiters::blocked_count() as u64),
+        ("reservations", crate::lock::stored_reservations()),
+        ("reservations_made", read(&stats::RESERVATIONS_MADE)),
+        ("last_token", tokens::last()),
+        grace_remaining,
+        grace_deferred,
+        grace_windows,
+    ]
+}
+
+/// The latch fields of `INFO dlock`, after the lock fields.
+fn latch_fields() -> [(&'static str, u64); 5] {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    [
+        ("latches_created", read(&stats::LATCHES_CREATED)),
+        ("countdowns", read(&stats::COUNTDOWNS)),
+        ("latches_opened", read(&stats::LATCHES_OPENED)),
+        ("await_timeouts", read(&stats::AWAIT_TIMEOUTS)),
+        ("latch_awaiters", awaiters::blocked_count() as u64),
+    ]
+}
+
+/// The multi-key acquire fields of `INFO dlock`, after the latch fields.
+fn multi_fields() -> [(&'static str, u64); 3] {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    [
+        ("multi_acquires", read(&stats::MULTI_ACQUIRES)),
+        ("multi_handoffs", read(&stats::MULTI_HANDOFFS)),
+        ("multi_blocked", multiwaiters::blocked_count() as u64),
+    ]
+}
+
+/// Registers the `INFO dlock` section; called from the module's init.
+pub fn register_info(ctx: &redis_module::Context) -> bool {
+    api!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_section)) else raw::REDISMODULE_ERR as i32)
+        == raw::REDISMODULE_OK as i32
+}
+
+unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+    let _ = std::panic::catch_unwind(|| {
+        // The default section is named after the module: `INFO dlock`;
+        // Redis prefixes each field with `dlock_`.
+        api!(RedisModule_InfoAddSection(ctx, c"".as_ptr()) else 0);
+        api!(RedisModule_InfoAddFieldCString(ctx, c"version".as_ptr(), crate::version::VERSION_C.as_ptr()) else 0);
+        for (name, value) in fields()
+            .into_iter()
+            .chain(latch_fields())
+            .chain(multi_fields())
+        {
+            let mut field = [0u8; 32];
+            let len = name.len().min(field.len() - 1);
+            field[..len].copy_from_slice(&name.as_bytes()[..len]);
+            api!(RedisModule_InfoAddFieldULongLong(ctx, field.as_ptr().cast(), value) else 0);
+        }
+    });
+}
