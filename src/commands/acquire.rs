@@ -48,7 +48,7 @@ use crate::redis::audit::Fact;
 use crate::redis::grace;
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
-use crate::redis::{tokens, waiters, Argv, Ctx, KeyName};
+use crate::redis::{orphans, tokens, waiters, Argv, Ctx, KeyName};
 
 /// Length of a generated owner: a hyphenated UUID.
 pub(super) const GENERATED_OWNER_LEN: usize = 36;
@@ -124,7 +124,7 @@ impl<'a> Acquire<'a> {
             want: self.want,
         };
         let mut key = ctx.open_lock(name, true)?;
-        waiters::adopt_orphans_at(ctx, name, &mut key);
+        orphans::adopt_orphans_at(ctx, name, &mut key);
         // The clock, read once: leases and the token floor.
         let now_us = clock::now_us();
         let now_ms = now_us / 1_000;

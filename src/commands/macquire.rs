@@ -33,7 +33,7 @@ use crate::clock;
 use crate::lock::{multi, Grant, Lock, Request, Step};
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
-use crate::redis::{multiwaiters, waiters, Argv, Ctx, KeyName, LockKey};
+use crate::redis::{multiwaiters, orphans, Argv, Ctx, KeyName, LockKey};
 
 /// The most keys one request may name.
 pub const MAX_KEYS: usize = 1024;
@@ -120,7 +120,7 @@ impl MultiAcquire<'_> {
         }
         let mut fresh = vec![false; names.len()];
         for (index, (name, key)) in names.iter().zip(keys.iter_mut()).enumerate() {
-            waiters::adopt_orphans_at(ctx, *name, key);
+            orphans::adopt_orphans_at(ctx, *name, key);
             if key.lock().is_none() {
                 if let Err(error) = key.insert(Lock::new()) {
                     discard_fresh(&mut keys, &fresh);

@@ -15,7 +15,7 @@ use redis_module::raw;
 use super::boxes::{self, on_main_thread};
 use super::ffi::{api, KeyName};
 use super::stats::{self, Event};
-use super::{audit, scheduler, tokens, waiters};
+use super::{audit, orphans, scheduler, tokens};
 use crate::lock::codec::{self, reservations, Sink, Source};
 use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
 
@@ -352,7 +352,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // they are re-queued at the same key and the head is granted, by a timer
     // (no key may be touched while Redis is freeing one).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let groups = waiters::locate(departed, lease_expired, place);
+        let groups = orphans::locate(departed, lease_expired, place);
         scheduler::adopt_orphans(groups);
     }));
 }

@@ -7,7 +7,7 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::ffi::Ctx;
-use super::{awaiters, grace, propagation, scheduler, tokens, waiters};
+use super::{awaiters, grace, orphans, propagation, scheduler, tokens, waiters};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
@@ -65,7 +65,7 @@ unsafe extern "C" fn on_role_change(
 ) {
     propagation::reconsider();
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
-        let _ = std::panic::catch_unwind(waiters::refuse_all);
+        let _ = std::panic::catch_unwind(orphans::refuse_all);
     }
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
         let ctx = Ctx::from_raw(ctx);
@@ -109,7 +109,7 @@ unsafe extern "C" fn on_async_load(
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => tokens::discard_aside(),
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
             tokens::adopt_aside();
-            waiters::refuse_all();
+            orphans::refuse_all();
             scheduler::forget_keyspace();
         }
         _ => {}
@@ -144,7 +144,7 @@ unsafe extern "C" fn on_swapdb(
             }
         }
         ctx.select_db(previous_db);
-        waiters::refuse_ids(moved.into_iter().map(|(id, ..)| id));
+        orphans::refuse_ids(moved.into_iter().map(|(id, ..)| id));
         awaiters::databases_swapped(ctx, first, second);
     });
 }
@@ -172,7 +172,7 @@ unsafe extern "C" fn on_flush(
     // the registry is out of reach: re-queue the waiters from it now.
     let db = info.dbnum;
     let _ = std::panic::catch_unwind(|| {
-        scheduler::adopt_orphans(waiters::orphan_database(db));
+        scheduler::adopt_orphans(orphans::orphan_database(db));
     });
 }
 

@@ -6,9 +6,9 @@
 //! Life of a multi-key waiter: [`block`] queues it at every key in one step
 //! ([`multi::enqueue_all`]) and blocks its client; each key's hand-off stops
 //! at it and, when it is grantable there, reports it ready
-//! ([`ready_at_a_key`]); the scheduler then runs [`try_grant`] (with none of
-//! its keys open elsewhere), which grants it on every key at once or leaves
-//! it waiting. Exactly one `RedisModule_UnblockClient` per client: the
+//! ([`ready_at_a_key`]); the scheduler then runs
+//! [`super::multigrant::try_grant`] (with none of its keys open elsewhere),
+//! which grants it on every key at once or leaves it waiting. Exactly one `RedisModule_UnblockClient` per client: the
 //! grant, a refusal (null: one of its locks went away or moved, or the
 //! server became a replica), its timeout (kept by the module, see
 //! [`super::timeouts`]; `CLIENT UNBLOCK` runs Redis's timeout callback), or
@@ -24,7 +24,6 @@ use std::thread::LocalKey;
 
 use super::blocked::{self, BlockedKind, Registry};
 use super::ffi::{Ctx, KeyName, LockKey};
-use super::keyspace::{self, settle, Changes};
 use super::scheduler;
 use super::stats::{self, Event};
 use super::timeouts::Blocked;
@@ -45,7 +44,7 @@ struct Record {
     /// A lock value it waited in was freed where its place is unknown (a
     /// flush; `Some(lease ended)`): its place there is found again at the
     /// tail. (A value deleted from a known key re-queues its waiters, this
-    /// request among them, in their order: see `waiters::locate`.)
+    /// request among them, in their order: see `orphans::locate`.)
     orphaned: Option<bool>,
 }
 
@@ -54,7 +53,7 @@ struct MultiWaiters;
 
 thread_local! {
     static REGISTRY: RefCell<Registry<MultiWaiters>> = RefCell::new(Registry::default());
-    /// The request [`try_grant`] is working on (its own keys' hand-offs
+    /// The request `multigrant::try_grant` is working on (its own keys' hand-offs
     /// report it ready again; that is no news).
     static TRYING: Cell<Option<WaiterId>> = const { Cell::new(None) };
 }
@@ -186,134 +185,76 @@ pub fn block(
     Ok(())
 }
 
-/// Grants request `id` on all its keys if it heads every queue and is
-/// grantable everywhere now; settles every key either way. Runs from the
-/// scheduler, where no key is open.
-pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
-    let Some((db, key_names)) = with_registry(|registry| {
+/// What granting request `id` needs to know, read once its keys are open
+/// (see [`super::multigrant`]).
+pub struct GrantRequest {
+    pub owner: Box<[u8]>,
+    /// Each key, in the order given, and the request's position there.
+    pub places: Vec<(Box<[u8]>, u64)>,
+    pub session: Option<u64>,
+    pub waiter: Waiter,
+    /// `Some(lease ended)` when a lock value it waited in was freed where
+    /// its place is unknown (taken: it is dealt with by this grant).
+    pub orphaned: Option<bool>,
+}
+
+/// Request `id`'s database and keys, in the order given.
+pub fn keys_of(id: WaiterId) -> Option<(i32, Vec<Box<[u8]>>)> {
+    with_registry(|registry| {
         let record = registry.get(id)?;
-        let keys: Vec<Box<[u8]>> = record.places.iter().map(|(key, _)| key.clone()).collect();
+        let keys = record.places.iter().map(|(key, _)| key.clone()).collect();
         Some((record.db, keys))
     })
-    .flatten() else {
-        return;
-    };
-    if !ctx.select_db(db) {
-        refuse(id);
-        return;
-    }
-    let names: Vec<_> = key_names.iter().map(|key| ctx.key_name(key)).collect();
-    let mut keys = Vec::with_capacity(names.len());
-    for name in &names {
-        match ctx.open_lock(name.name(), true) {
-            Ok(mut key) => {
-                // Opening a key whose lease has ended makes Redis expire it:
-                // its waiters (this request among them) are queued again at
-                // once, in their order.
-                waiters::adopt_orphans_at(ctx, name.name(), &mut key);
-                keys.push(key);
-            }
-            Err(_) => {
-                // The key now holds another type.
-                drop(keys);
-                refuse(id);
-                return;
-            }
-        }
-    }
-    // Read only now: its places may have moved, and a value it waited in
-    // may have been flushed (its place unknown). In a cluster a deleted value
-    // may have moved to another node: only one that Redis expired (its lease
-    // ended here) is re-created here.
-    let Some((owner, places, session, waiter, orphaned)) = with_registry(|registry| {
+    .flatten()
+}
+
+/// What granting request `id` needs; None if it is no longer blocked.
+pub fn grant_request(id: WaiterId) -> Option<GrantRequest> {
+    with_registry(|registry| {
         let record = registry.get_mut(id)?;
-        Some((
-            record.owner.clone(),
-            record.places.clone(),
-            record.session,
-            record.waiter.clone(),
-            record.orphaned.take(),
-        ))
+        Some(GrantRequest {
+            owner: record.owner.clone(),
+            places: record.places.clone(),
+            session: record.session,
+            waiter: record.waiter.clone(),
+            orphaned: record.orphaned.take(),
+        })
     })
-    .flatten() else {
-        // Refused while its orphaned places were queued again.
-        return;
-    };
-    let may_recreate = orphaned.is_some_and(|lease_expired| lease_expired || !ctx.in_cluster());
-    for key in &mut keys {
-        if key.lock().is_none() && (!may_recreate || key.insert(Lock::new()).is_err()) {
-            drop(keys);
-            refuse(id);
-            return;
-        }
-    }
-    if orphaned.is_some() {
-        // Find the places lost with a deleted value again, at the tail.
-        let mut seqs: Vec<u64> = places.iter().map(|(_, seq)| *seq).collect();
-        for (key, seq) in keys.iter_mut().zip(seqs.iter_mut()) {
-            let Some(lock) = key.lock_mut() else {
-                continue;
-            };
-            let there = lock.queue().get(*seq).is_some_and(
-                |entry| matches!(&entry.kind, crate::lock::EntryKind::Waiter(w) if w.id == id),
-            );
-            if !there {
-                match lock.enqueue_waiter(&owner, waiter.clone(), now_ms) {
-                    Ok(new_seq) => *seq = new_seq,
-                    Err(_) => {
-                        drop(keys);
-                        refuse(id);
-                        return;
-                    }
-                }
+    .flatten()
+}
+
+/// Request `id`'s positions in its keys' queues, in the order of its keys.
+pub fn set_positions(id: WaiterId, seqs: Vec<u64>) {
+    with_registry(|registry| {
+        if let Some(record) = registry.get_mut(id) {
+            for (place, seq) in record.places.iter_mut().zip(seqs) {
+                place.1 = seq;
             }
         }
-        with_registry(|registry| {
-            if let Some(record) = registry.get_mut(id) {
-                for (place, seq) in record.places.iter_mut().zip(seqs) {
-                    place.1 = seq;
-                }
-            }
-        });
-    }
-    let _ = TRYING.try_with(|trying| trying.set(Some(id)));
-    let mut steps: Vec<_> = names.iter().map(|_| keyspace::step(now_ms)).collect();
-    let granted = {
-        let mut locks: Vec<&mut Lock> = keys.iter_mut().filter_map(LockKey::lock_mut).collect();
-        if multi::ready_on_all(&mut locks, id, &mut steps) {
-            multi::grant_all(&mut locks, id, &mut steps)
-        } else {
-            None
-        }
-    };
-    let handle = match granted {
-        Some(_) => blocked::take::<MultiWaiters>(id).map(|(handle, _)| handle),
-        None => None,
-    };
-    for (index, (step, key)) in steps.into_iter().zip(keys.iter_mut()).enumerate() {
-        let name = names[index].name();
-        let grant = granted.as_ref().and_then(|grants| grants.get(index));
-        if let Some(grant) = grant {
-            stats::record(ctx, keyspace::handoff_event(grant), name);
-        }
-        let changes = Changes {
-            session: session.filter(|_| grant.is_some_and(|grant| !grant.reentry)),
-            ..Changes::default()
-        };
-        settle(ctx, name, key, step, changes);
-    }
-    let _ = TRYING.try_with(|trying| trying.set(None));
-    if let (Some(grants), Some(handle)) = (granted, handle) {
+    });
+}
+
+/// The request being granted now, if any: its own keys' hand-offs report
+/// it ready again, which is no news (see [`ready_at_a_key`]).
+pub fn set_trying(id: Option<WaiterId>) {
+    let _ = TRYING.try_with(|trying| trying.set(id));
+}
+
+/// A blocked multi-key client taken out of the registry, to be answered.
+pub struct Granting(blocked::Handle<MultiWaiters>);
+
+impl Granting {
+    /// Answers the client its grants, `[token, holds]` per key in the order
+    /// it gave them.
+    pub fn answer(self, grants: Vec<(u64, u64)>, owner: Box<[u8]>) {
         stats::count(Event::MultiHandoff);
-        let outcome = Outcome::Granted {
-            grants: grants
-                .iter()
-                .map(|grant| (grant.token, grant.holds))
-                .collect(),
-            owner,
-        };
-        handle.answer(outcome);
+        self.0.answer(Outcome::Granted { grants, owner });
     }
+}
+
+/// Takes request `id` out of the registry to answer it its grant.
+pub fn take_for_grant(id: WaiterId) -> Option<Granting> {
+    blocked::take::<MultiWaiters>(id).map(|(handle, _)| Granting(handle))
 }
 
 /// Request `id` was queued again at `key` (its lock value there was deleted
@@ -330,7 +271,7 @@ pub fn requeued(id: WaiterId, key: &[u8], seq: u64) {
 
 /// A lock value request `id` waited in is being freed where its place is
 /// unknown (a flush): its place there is queued again (a new lock if
-/// needed) by [`try_grant`], soon.
+/// needed) by [`super::multigrant::try_grant`], soon.
 pub fn orphaned(id: WaiterId, lease_expired: bool) {
     let known = with_registry(|registry| match registry.get_mut(id) {
         Some(record) => {

@@ -13,7 +13,7 @@ use super::keyspace::{self, settle, Changes};
 use super::scheduler::{self, OrphanGroup, Revocation, Work};
 use super::stats::{self, Event};
 use super::timeouts::{self, Blocked};
-use super::{awaiters, multiwaiters, waiters};
+use super::{awaiters, multigrant, multiwaiters, orphans, waiters};
 use crate::clock;
 use crate::lock::Lock;
 
@@ -35,7 +35,7 @@ pub fn init(ctx: &redis_module::Context) {
 fn stand_by(ctx: Ctx) {
     answer_due_timeouts(ctx, clock::now_ms());
     for departure in scheduler::drop_master_work() {
-        waiters::refuse(departure.waiters);
+        orphans::refuse(departure.waiters);
     }
 }
 
@@ -74,12 +74,12 @@ fn run_round(ctx: Ctx, now: u64) {
     answer_due_timeouts(ctx, now);
 
     for id in scheduler::take_multi_ready() {
-        multiwaiters::try_grant(ctx, id, now);
+        multigrant::try_grant(ctx, id, now);
     }
 
     // Unlinked values not freed since: they were moved (RENAME, MOVE).
     for departure in scheduler::take_departures() {
-        waiters::refuse(departure.waiters);
+        orphans::refuse(departure.waiters);
         if departure.sessions.is_empty() {
             continue;
         }
@@ -165,19 +165,19 @@ fn release_session(ctx: Ctx, client: u64, db: i32, key: &[u8], now: u64) {
 fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
     let entries = group.waiters.clone();
     if !group.rehomes_here(ctx.in_cluster()) {
-        waiters::refuse(entries);
+        orphans::refuse(entries);
         return;
     }
     let Some((mut lock_key, name)) = ctx.open_lock_in(group.db, &group.key) else {
-        waiters::refuse(entries);
+        orphans::refuse(entries);
         return;
     };
     if lock_key.lock().is_none() && lock_key.insert(Lock::new()).is_err() {
-        waiters::refuse(entries);
+        orphans::refuse(entries);
         return;
     }
     if let Some(lock) = lock_key.lock_mut() {
-        waiters::requeue(lock, group.db, &group.key, entries);
+        orphans::requeue(lock, group.db, &group.key, entries);
     }
     if group.lease_expired {
         stats::record(ctx, Event::Expire, name.name());

@@ -1,6 +1,7 @@
 //! Single-key lock waiters: the registry of clients waiting in lock queues
-//! (kept by [`super::blocked`], which also holds the Redis callbacks), and
-//! what happens to them when their lock value goes away.
+//! (kept by [`super::blocked`], which also holds the Redis callbacks). What
+//! happens to waiters of either kind when their lock value goes away is
+//! [`super::orphans`]'s, a layer up.
 //!
 //! Life of a waiter: [`block`] queues it in the lock and blocks its client
 //! (its BLOCK timeout kept by the module, see [`super::timeouts`]); then
@@ -22,11 +23,11 @@ use std::thread::LocalKey;
 
 use super::blocked::{self, BlockedKind, Registry};
 use super::ffi::{Ctx, KeyName, LockKey};
-use super::scheduler::{self, OrphanGroup, QueuedWaiter};
+use super::scheduler::{self, QueuedWaiter};
 use super::stats::{self, Event};
 use super::timeouts::Blocked;
 use crate::commands::CommandError;
-use crate::lock::{Lock, Mode, Request, Waiter, WaiterGrant, WaiterId};
+use crate::lock::{Mode, Request, Waiter, WaiterGrant, WaiterId};
 
 /// Where a blocked client waits, and what it asked for.
 struct Record {
@@ -247,131 +248,65 @@ pub fn wake(grant: WaiterGrant) {
     unblock(grant.waiter, outcome);
 }
 
-fn unblock(id: WaiterId, mut outcome: Outcome) {
+/// Answers waiter `id`; false if it is no blocked single-key waiter.
+fn unblock(id: WaiterId, mut outcome: Outcome) -> bool {
     let Some((handle, record)) = blocked::take::<Waiters>(id) else {
-        // Not a single-key waiter: a multi-key request taken out of a queue
-        // (its lock moved or went away) is answered null.
-        if matches!(outcome, Outcome::Refused) {
-            super::multiwaiters::refuse(id);
-        }
-        return;
+        return false;
     };
     if let Outcome::Granted { place, .. } = &mut outcome {
         *place = Some((record.db, record.key));
     }
     handle.answer(outcome);
+    true
 }
 
-/// Re-queues, at once, the orphaned waiters that waited at `name` (the
-/// value under them was just deleted, e.g. by Redis expiring the key as this
-/// command opened it), so that nobody takes the lock ahead of them.
-#[inline]
-pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
-    // One atomic load on the commands' path while no value has orphans.
-    if scheduler::may_have_orphans() {
-        adopt_orphans_now(ctx, name, key);
-    }
+/// Answers waiter `id` null (its lock went away or moved, or it could not
+/// be queued again); false if it is no blocked single-key waiter (see
+/// [`super::orphans::refuse_id`] for either kind).
+pub fn refuse(id: WaiterId) -> bool {
+    unblock(id, Outcome::Refused)
 }
 
-#[inline(never)]
-fn adopt_orphans_now(ctx: Ctx, name: KeyName, key: &mut LockKey) {
-    let db = ctx.selected_db();
-    let waiting = scheduler::take_orphans_at(db, name.bytes(), ctx.in_cluster());
-    if waiting.is_empty() {
-        return;
-    }
-    if key.lock().is_none() && key.insert(Lock::new()).is_err() {
-        refuse(waiting);
-        return;
-    }
-    if let Some(lock) = key.lock_mut() {
-        requeue(lock, db, name.bytes(), waiting);
-    }
+/// Where waiter `id` waits: (db, key).
+pub fn place_of(id: WaiterId) -> Option<(i32, Box<[u8]>)> {
+    with_registry(|registry| {
+        let record = registry.get(id)?;
+        Some((record.db, record.key.clone()))
+    })
+    .flatten()
 }
 
-/// Where each waiter of a dying lock value waited: groups by key, in queue
-/// order. `unlinked_from` is where Redis took the value from, if known.
-///
-/// A multi-key request stays in its key's group, so that it is queued again
-/// in its place among that key's waiters: every queue must keep ordering
-/// multi-key requests as they entered, or two of them could wait on each
-/// other for ever. Only when the place is unknown (a value freed by a
-/// flush) does it find its lost place again itself.
-pub fn locate(
-    waiters: Vec<QueuedWaiter>,
-    lease_expired: bool,
-    unlinked_from: Option<(i32, Box<[u8]>)>,
-) -> Vec<OrphanGroup> {
-    let places = waiters.into_iter().filter_map(|(owner, waiter)| {
-        let place = with_registry(|registry| {
-            let record = registry.get(waiter.id)?;
-            Some((record.db, record.key.clone()))
-        })
-        .flatten();
-        let place = match place {
-            Some(place) => place,
-            None if super::multiwaiters::contains(waiter.id) => match &unlinked_from {
-                Some(place) => place.clone(),
-                None => {
-                    super::multiwaiters::orphaned(waiter.id, lease_expired);
-                    return None;
-                }
-            },
-            None => return None,
-        };
-        Some((place.0, place.1, (owner, waiter)))
+/// Waiter `id` was queued again at `db`/`key` (its lock value was deleted
+/// under it), at position `seq`.
+pub fn requeued(id: WaiterId, db: i32, key: &[u8], seq: u64) {
+    with_registry(|registry| {
+        if let Some(record) = registry.get_mut(id) {
+            record.db = db;
+            record.key = key.into();
+            record.seq = seq;
+        }
     });
-    group_by_key(places, lease_expired)
 }
 
-/// Groups consecutive waiters of the same key.
-fn group_by_key(
-    places: impl Iterator<Item = (i32, Box<[u8]>, QueuedWaiter)>,
-    lease_expired: bool,
-) -> Vec<OrphanGroup> {
-    let mut groups: Vec<OrphanGroup> = Vec::new();
-    for (db, key, waiter) in places {
-        match groups.last_mut() {
-            Some(group) if group.db == db && group.key == key => group.waiters.push(waiter),
-            _ => groups.push(OrphanGroup {
-                db,
-                key,
-                waiters: vec![waiter],
-                lease_expired,
-            }),
-        }
-    }
-    groups
+/// Every waiter of database `db` (-1: all), with its place and position:
+/// (db, key, seq, waiter).
+pub fn queued_in_database(db: i32) -> Vec<(i32, Box<[u8]>, u64, QueuedWaiter)> {
+    with_registry(|registry| {
+        registry
+            .iter()
+            .filter(|(_, record)| db == -1 || record.db == db)
+            .map(|(_, record)| {
+                let waiter = (record.owner.clone(), record.waiter.clone());
+                (record.db, record.key.clone(), record.seq, waiter)
+            })
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
-/// Re-queues waiters whose lock value was deleted into `lock` (in order),
-/// now living at `db`/`key`.
-pub fn requeue(lock: &mut Lock, db: i32, key: &[u8], waiters: Vec<QueuedWaiter>) {
-    let now_ms = crate::clock::now_ms();
-    for (owner, waiter) in waiters {
-        let id = waiter.id;
-        if super::multiwaiters::contains(id) {
-            match lock.enqueue_waiter(&owner, waiter, now_ms) {
-                Ok(seq) => super::multiwaiters::requeued(id, key, seq),
-                Err(_) => super::multiwaiters::refuse(id),
-            }
-            continue;
-        }
-        if !is_waiting(id) {
-            continue;
-        }
-        let Ok(seq) = lock.enqueue_waiter(&owner, waiter, now_ms) else {
-            unblock(id, Outcome::Refused);
-            continue;
-        };
-        with_registry(|registry| {
-            if let Some(record) = registry.get_mut(id) {
-                record.db = db;
-                record.key = key.into();
-                record.seq = seq;
-            }
-        });
-    }
+/// Every blocked single-key waiter.
+pub fn all_ids() -> Vec<WaiterId> {
+    with_registry(|registry| registry.iter().map(|(id, _)| id).collect()).unwrap_or_default()
 }
 
 /// Waiters of databases `first` and `second`: (id, db, key, seq).
@@ -384,56 +319,6 @@ pub fn in_databases(first: i32, second: i32) -> Vec<(WaiterId, i32, Box<[u8]>, u
             .collect()
     })
     .unwrap_or_default()
-}
-
-/// Answers these waiters null: the lock they waited for moved away.
-pub fn refuse_ids(ids: impl IntoIterator<Item = WaiterId>) {
-    for id in ids {
-        unblock(id, Outcome::Refused);
-    }
-}
-
-/// Every waiter of database `db` (-1: all), grouped by key in queue order:
-/// their values are about to be freed where the registry cannot be reached.
-pub fn orphan_database(db: i32) -> Vec<OrphanGroup> {
-    let mut places: Vec<(i32, Box<[u8]>, u64, QueuedWaiter)> = with_registry(|registry| {
-        registry
-            .iter()
-            .filter(|(_, record)| db == -1 || record.db == db)
-            .map(|(_, record)| {
-                let waiter = (record.owner.clone(), record.waiter.clone());
-                (record.db, record.key.clone(), record.seq, waiter)
-            })
-            .collect()
-    })
-    .unwrap_or_default();
-    places.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
-    group_by_key(
-        places
-            .into_iter()
-            .map(|(db, key, _, waiter)| (db, key, waiter)),
-        false,
-    )
-}
-
-/// The server became a replica: every waiter is answered null at once
-/// (Redis disconnects blocked clients on demotion, Valkey in cluster mode
-/// does not; the master's state replaces this server's anyway).
-pub fn refuse_all() {
-    super::multiwaiters::refuse_all();
-    let ids: Vec<WaiterId> =
-        with_registry(|registry| registry.iter().map(|(id, _)| id).collect()).unwrap_or_default();
-    for id in ids {
-        unblock(id, Outcome::Refused);
-    }
-}
-
-/// Unblocks waiters whose lock can no longer exist (the key now holds
-/// another type) with a null reply.
-pub fn refuse(waiters: Vec<QueuedWaiter>) {
-    for (_, waiter) in waiters {
-        unblock(waiter.id, Outcome::Refused);
-    }
 }
 
 /// Waiter `id`'s BLOCK timeout passed (the scheduler's timer): it leaves
