@@ -1496,3 +1496,49 @@ fn a_waiter_times_out_during_a_client_pause() {
     assert_eq!(info_owner(&mut conn, "paused"), Some(b"holder".to_vec()));
     assert_eq!(release(&mut conn, "paused", "holder"), 0);
 }
+
+/// A lease that ends with a waiter queued counts as an expiry (`INFO dlock`
+/// `lease_expiries`, the `dlock.expire` keyspace event) whoever re-queues
+/// its waiters: the timer, or a command that opens the key first. Here an
+/// ACQUIRE pipelined behind a `DEBUG SLEEP` that outlasts the lease runs
+/// before the timer can: Redis expires the key as the ACQUIRE opens it,
+/// and the ACQUIRE re-queues the waiter, which gets the lock. The count
+/// was lost on that path.
+#[test]
+fn an_expiry_a_command_finds_before_the_timer_is_counted() {
+    let server = server_with_debug();
+    let mut conn = server.connect();
+    config_set(&mut conn, "notify-keyspace-events", "Kd");
+    let mut events = server.connect();
+    let mut pubsub = events.as_pubsub();
+    pubsub.psubscribe("__keyspace@0__:found").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    acquire(&mut conn, "found", "holder", 200).unwrap();
+    let waiter = block_acquire(&server, "found", "waiter", 60_000, 10_000);
+    wait_for_waiting(&mut conn, "found", 1);
+    let before = info_number(&mut conn, "dlock", "dlock_lease_expiries");
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.4")
+        .cmd("DLOCK.ACQUIRE")
+        .arg("found")
+        .arg("late")
+        .arg(60_000);
+    let (_, late): (Value, Value) = pipe.query(&mut conn).expect("DEBUG SLEEP + ACQUIRE");
+    assert_eq!(late, Value::Nil, "the late ACQUIRE took the waiter's turn");
+    let ((_, holds, owner), _) = waiter.granted();
+    assert_eq!((holds, owner.as_slice()), (1, &b"waiter"[..]));
+    assert_eq!(
+        info_number(&mut conn, "dlock", "dlock_lease_expiries"),
+        before + 1
+    );
+    let mut seen = Vec::new();
+    while !seen.iter().any(|event: &String| event == "dlock.expire") {
+        let message = pubsub.get_message().expect("the dlock.expire event");
+        seen.push(message.get_payload::<String>().unwrap());
+    }
+    assert_eq!(release(&mut conn, "found", "waiter"), 0);
+}

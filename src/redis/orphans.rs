@@ -7,6 +7,7 @@
 
 use super::ffi::{Ctx, KeyName, LockKey};
 use super::scheduler::{self, OrphanGroup, QueuedWaiter};
+use super::stats::{self, Event};
 use super::{multiwaiters, waiters};
 use crate::lock::{Lock, WaiterId};
 
@@ -24,9 +25,13 @@ pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
 #[inline(never)]
 fn adopt_orphans_now(ctx: Ctx, name: KeyName, key: &mut LockKey) {
     let db = ctx.selected_db();
-    let waiting = scheduler::take_orphans_at(db, name.bytes(), ctx.in_cluster());
+    let (waiting, lease_expired) = scheduler::take_orphans_at(db, name.bytes(), ctx.in_cluster());
     if waiting.is_empty() {
         return;
+    }
+    if lease_expired {
+        // Counted here as the timer counts it when it re-queues them.
+        stats::record(ctx, Event::Expire, name);
     }
     if key.lock().is_none() && key.insert(Lock::new()).is_err() {
         refuse(waiting);

@@ -510,27 +510,30 @@ pub fn may_have_orphans() -> bool {
 }
 
 /// Takes, at once, the orphaned waiters that waited at `db`/`key` and may
-/// be re-queued there (see [`OrphanGroup::rehomes_here`]), in queue order.
-pub fn take_orphans_at(db: i32, key: &[u8], in_cluster: bool) -> Vec<QueuedWaiter> {
+/// be re-queued there (see [`OrphanGroup::rehomes_here`]), in queue order,
+/// and whether their value went away because its lease had ended.
+pub fn take_orphans_at(db: i32, key: &[u8], in_cluster: bool) -> (Vec<QueuedWaiter>, bool) {
     if !MAY_HAVE_ORPHANS.load(Ordering::Relaxed) {
-        return Vec::new();
+        return (Vec::new(), false);
     }
     with_scheduler(|scheduler| {
         let mut taken = Vec::new();
+        let mut lease_expired = false;
         if scheduler.orphans.is_empty() {
             MAY_HAVE_ORPHANS.store(false, Ordering::Relaxed);
-            return taken;
+            return (taken, lease_expired);
         }
         scheduler.orphans.retain_mut(|group| {
             let here = group.db == db && *group.key == *key;
             if here && group.rehomes_here(in_cluster) {
                 taken.append(&mut group.waiters);
+                lease_expired |= group.lease_expired;
                 false
             } else {
                 true
             }
         });
-        taken
+        (taken, lease_expired)
     })
     .unwrap_or_default()
 }
