@@ -380,13 +380,39 @@ fn workload(shared: Arc<Shared>, thread: usize, cycle: u64, keys: &mut [KeyModel
 }
 
 /// DLOCK.INFO and PEXPIRETIME of `key` after a restart (None: not held).
+/// The lock at `key` as one transaction reads it: the lease may end
+/// between separate reads (a key read as held, then gone).
 fn observe(conn: &mut Connection, key: &str) -> Option<Observed> {
-    let owner = info_owner(conn, key)?;
+    let (reply, deadline): (Value, i64) = redis::pipe()
+        .atomic()
+        .cmd("DLOCK.INFO")
+        .arg(key)
+        .cmd("PEXPIRETIME")
+        .arg(key)
+        .query(conn)
+        .expect("DLOCK.INFO + PEXPIRETIME");
+    let fields = info_fields(reply)?;
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(field, _)| field == name)
+            .map(|(_, value)| value.clone())
+            .unwrap_or_else(|| panic!("no {name} in {fields:?}"))
+    };
+    let owner = match field("owner") {
+        Value::BulkString(owner) => owner,
+        Value::Nil => return None,
+        other => panic!("owner field of {key}: {other:?}"),
+    };
+    let number = |name: &str| match field(name) {
+        Value::Int(value) => value,
+        other => panic!("field {name} of {key}: {other:?}"),
+    };
     Some(Observed {
         owner: String::from_utf8(owner).unwrap(),
-        holds: info_int(conn, key, "holds"),
-        token: info_int(conn, key, "token") as u64,
-        deadline: pexpiretime(conn, key),
+        holds: number("holds"),
+        token: number("token") as u64,
+        deadline,
     })
 }
 

@@ -323,7 +323,12 @@ pub fn acquire(
 
 /// The fields of DLOCK.INFO (RESP2 flat array or RESP3 map), None for null.
 pub fn info(conn: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
-    match cmd(conn, &["DLOCK.INFO", key]).expect("DLOCK.INFO") {
+    info_fields(cmd(conn, &["DLOCK.INFO", key]).expect("DLOCK.INFO"))
+}
+
+/// The fields of a DLOCK.INFO reply, None for null.
+pub fn info_fields(reply: Value) -> Option<Vec<(String, Value)>> {
+    match reply {
         Value::Nil => None,
         Value::Array(items) => Some(
             items
