@@ -176,6 +176,20 @@ impl Scheduler {
         }
     }
 
+    /// Drops every piece of work on the keyspace (what is due, orphans,
+    /// SESSION releases, multi-key grants, revocations), keeping which
+    /// connections hold SESSION locks; returns the departures, whose
+    /// waiters the caller may still answer.
+    fn drop_keyspace_work(&mut self) -> Vec<Departure> {
+        self.due.clear();
+        self.pending.clear();
+        self.orphans.clear();
+        self.closed.clear();
+        self.multi_ready.clear();
+        self.revoked.clear();
+        std::mem::take(&mut self.departures)
+    }
+
     fn has_work(&self, now: u64) -> bool {
         self.next_due(now).is_some_and(|at| at <= now)
     }
@@ -357,13 +371,8 @@ pub fn swap_session_databases(first: i32, second: i32) {
 /// every place of the old one. The armed timer, if any, finds nothing due.
 pub fn forget_keyspace() {
     with_scheduler(|scheduler| {
-        scheduler.due.clear();
-        scheduler.pending.clear();
-        scheduler.orphans.clear();
+        scheduler.drop_keyspace_work();
         scheduler.sessions.clear();
-        scheduler.closed.clear();
-        scheduler.departures.clear();
-        scheduler.revoked.clear();
     });
 }
 
@@ -587,14 +596,5 @@ pub fn take_orphans() -> Vec<OrphanGroup> {
 /// Drops the work only a master does (a replica or a loading server: the
 /// master decides); returns the departures, whose waiters need an answer.
 pub fn drop_master_work() -> Vec<Departure> {
-    with_scheduler(|scheduler| {
-        scheduler.due.clear();
-        scheduler.pending.clear();
-        scheduler.orphans.clear();
-        scheduler.closed.clear();
-        scheduler.multi_ready.clear();
-        scheduler.revoked.clear();
-        std::mem::take(&mut scheduler.departures)
-    })
-    .unwrap_or_default()
+    with_scheduler(Scheduler::drop_keyspace_work).unwrap_or_default()
 }
