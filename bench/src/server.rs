@@ -267,6 +267,13 @@ fn server_command(
     if launch == Launch::Callgrind {
         let mut all = vec![
             "--tool=callgrind".to_string(),
+            // The instruction cache, simulated with one fixed geometry (a
+            // common L1i: 32 KB, 8-way, 64-byte lines) so that counts
+            // compare across machines; D1 and LL are required alongside.
+            "--cache-sim=yes".to_string(),
+            "--I1=32768,8,64".to_string(),
+            "--D1=32768,8,64".to_string(),
+            "--LL=33554432,16,64".to_string(),
             format!(
                 "--callgrind-out-file={}",
                 dir.join("callgrind.out").display()
