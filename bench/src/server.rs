@@ -15,6 +15,16 @@ use crate::{sys, Config, Res};
 
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
+/// Callgrind's cache simulation, with one fixed geometry (a common L1
+/// instruction cache: 32 KB, 8-way, 64-byte lines) so that its counts
+/// compare across machines; D1 and LL must be given alongside.
+pub const CALLGRIND_CACHE_ARGS: [&str; 4] = [
+    "--cache-sim=yes",
+    "--I1=32768,8,64",
+    "--D1=32768,8,64",
+    "--LL=33554432,16,64",
+];
+
 /// How long a server gets to answer PING after it starts.
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -265,21 +275,15 @@ fn server_command(
         with_module,
     );
     if launch == Launch::Callgrind {
-        let mut all = vec![
-            "--tool=callgrind".to_string(),
-            // The instruction cache, simulated with one fixed geometry (a
-            // common L1i: 32 KB, 8-way, 64-byte lines) so that counts
-            // compare across machines; D1 and LL are required alongside.
-            "--cache-sim=yes".to_string(),
-            "--I1=32768,8,64".to_string(),
-            "--D1=32768,8,64".to_string(),
-            "--LL=33554432,16,64".to_string(),
+        let mut all = vec!["--tool=callgrind".to_string()];
+        all.extend(CALLGRIND_CACHE_ARGS.iter().map(|arg| arg.to_string()));
+        all.extend([
             format!(
                 "--callgrind-out-file={}",
                 dir.join("callgrind.out").display()
             ),
             config.redis_server.clone(),
-        ];
+        ]);
         all.extend(args);
         return ("valgrind".to_string(), all);
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use super::load::Op;
 use crate::report::{Section, Table};
 use crate::scripts::Scripts;
-use crate::server::Server;
+use crate::server::{Server, CALLGRIND_CACHE_ARGS};
 use crate::stats::{thousands, times};
 use crate::{bail, Config, Res};
 
@@ -78,7 +78,8 @@ fn name(op: Op) -> &'static str {
 struct Counts {
     total: u64,
     module: u64,
-    i1_misses: u64,
+    /// `None` when the run simulated no cache.
+    i1_misses: Option<u64>,
 }
 
 /// The object an `ob=`/`cob=` specification names: `(id) name` defines
@@ -148,7 +149,7 @@ fn parse_callgrind(text: &str) -> Res<Counts> {
         summary.get(index).copied()
     };
     counts.total = event("Ir").ok_or("no Ir in the callgrind summary")?;
-    counts.i1_misses = event("I1mr").unwrap_or(0);
+    counts.i1_misses = event("I1mr");
     Ok(counts)
 }
 
@@ -227,7 +228,10 @@ pub fn run(config: &Config) -> Res<Section> {
         per_unit.push((
             large.total.saturating_sub(small.total) as f64 / span,
             large.module.saturating_sub(small.module) as f64 / span,
-            large.i1_misses.saturating_sub(small.i1_misses) as f64 / span,
+            large
+                .i1_misses
+                .zip(small.i1_misses)
+                .map(|(large, small)| large.saturating_sub(small) as f64 / span),
         ));
     }
     let mut table = Table::new(
@@ -263,7 +267,7 @@ pub fn run(config: &Config) -> Res<Section> {
                 times(total / reference),
                 name(CASES[case.reference].op)
             ),
-            format!("{i1_misses:.1}"),
+            i1_misses.map_or_else(|| "not simulated".into(), |misses| format!("{misses:.1}")),
         ]);
     }
     section.tables.push(table);
@@ -286,11 +290,12 @@ pub fn run(config: &Config) -> Res<Section> {
     );
     section.commands = vec![
         "target/release/dlock-bench --only 14   # per case, two servers started as:".into(),
-        "valgrind --tool=callgrind --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 \
-         --LL=33554432,16,64 --callgrind-out-file=DIR/callgrind.out redis-server \
-         --port PORT --bind 127.0.0.1 --save '' --appendonly no --daemonize no --dir DIR \
-         --logfile server.log [--loadmodule target/release/libdlock.so]"
-            .into(),
+        format!(
+            "valgrind --tool=callgrind {} --callgrind-out-file=DIR/callgrind.out redis-server \
+             --port PORT --bind 127.0.0.1 --save '' --appendonly no --daemonize no --dir DIR \
+             --logfile server.log [--loadmodule target/release/libdlock.so]",
+            CALLGRIND_CACHE_ARGS.join(" ")
+        ),
         format!(
             "#   {units} then {} units on keys cg:<i>, batches of {BATCH}; SHUTDOWN NOSAVE; \
              read summary: (Ir, I1mr) and libdlock.so's self cost (Ir) from DIR/callgrind.out",
@@ -336,7 +341,7 @@ fn=(3)
             Counts {
                 total: 1000,
                 module: 100,
-                i1_misses: 0
+                i1_misses: None
             }
         );
     }
@@ -357,7 +362,7 @@ fn=(1) acquire
             Counts {
                 total: 5000,
                 module: 100,
-                i1_misses: 70
+                i1_misses: Some(70)
             }
         );
     }
