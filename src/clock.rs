@@ -9,12 +9,18 @@ pub fn now_ms() -> u64 {
 
 /// Microseconds since the Unix epoch: the floor of every new fencing token.
 /// Read once per command (see docs/design.md, "Hot path").
+#[inline]
 pub fn now_us() -> u64 {
-    crate::redis::realtime::now_us().unwrap_or_else(|| {
-        // A clock before 1970 is a broken host; treat it as the epoch rather
-        // than panic (the clock could not be read directly: ask std).
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_micros() as u64)
-    })
+    crate::redis::realtime::now_us().unwrap_or_else(now_us_from_std)
+}
+
+/// The clock could not be read directly: ask std. A clock before 1970 is a
+/// broken host; treat it as the epoch rather than panic. Out of line: the
+/// commands' path never comes here.
+#[cold]
+#[inline(never)]
+fn now_us_from_std() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
 }

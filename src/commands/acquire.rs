@@ -40,7 +40,9 @@
 //! option, LIMIT without SHARED), `DEADLOCK` (an upgrade with BLOCK while
 //! another owner's upgrade waits), `WRONGTYPE`.
 
-use super::parser::{is_keyword, parse_limit, parse_timeout, ArgCursor, ArgSource, OwnerArg};
+use super::parser::{
+    is_keyword, parse_limit, parse_owner, parse_timeout, parse_ttl, ArgCursor, ArgSource, OwnerArg,
+};
 use super::{CommandError, CommandResult};
 use crate::clock;
 use crate::lock::{self, Grant, Lock, Mode, Request, Want};
@@ -48,7 +50,7 @@ use crate::redis::audit::Fact;
 use crate::redis::grace;
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
-use crate::redis::{orphans, tokens, waiters, Argv, Ctx, KeyName};
+use crate::redis::{orphans, propagation, tokens, waiters, Argv, Ctx, KeyName, LockKey};
 
 /// Length of a generated owner: a hyphenated UUID.
 pub(super) const GENERATED_OWNER_LEN: usize = 36;
@@ -112,6 +114,19 @@ impl<'a> Acquire<'a> {
     /// Applies the request to the key `name` and replies (or blocks).
     pub fn apply(self, ctx: Ctx, name: KeyName, fallback: Fallback) -> CommandResult {
         grace::check_lease(self.ttl_ms)?;
+        let key = ctx.open_lock(name, true)?;
+        self.apply_to(ctx, name, key, fallback)
+    }
+
+    /// [`Acquire::apply`] once the ttl is checked and the key `name` open.
+    #[inline(never)]
+    fn apply_to(
+        self,
+        ctx: Ctx,
+        name: KeyName,
+        mut key: LockKey,
+        fallback: Fallback,
+    ) -> CommandResult {
         let mut generated = [0u8; GENERATED_OWNER_LEN];
         let owner: &[u8] = match self.owner {
             OwnerArg::Named(owner) => owner,
@@ -123,7 +138,6 @@ impl<'a> Acquire<'a> {
             session: self.session.then(|| ctx.client_id()),
             want: self.want,
         };
-        let mut key = ctx.open_lock(name, true)?;
         orphans::adopt_orphans_at(ctx, name, &mut key);
         // The clock, read once: leases and the token floor.
         let now_us = clock::now_us();
@@ -236,10 +250,95 @@ pub fn grant_event(grant: Grant) -> Event {
 }
 
 /// Command entry: `DLOCK.ACQUIRE key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]`.
+///
+/// The plain form, `key owner ttl` with a named owner and a valid ttl, the
+/// one nearly every lock sends, is read without the general parser, and a
+/// new key gets its first hold by [`acquire_new`]. Everything else (any
+/// option, a generated owner, a bad argument, whose error the general
+/// parser reports) takes the general path.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
+    let (Some(name), Some((owner, ttl_ms))) = (args.key(1), plain(args)) else {
+        return run_general(ctx, args);
+    };
+    let mut key = ctx.open_lock(name, true)?;
+    if key.lock().is_none() && !grace::is_open() && !orphans::may_have_orphans() {
+        return acquire_new(ctx, name, &mut key, owner, ttl_ms);
+    }
+    let request = Acquire {
+        owner: OwnerArg::Named(owner),
+        ttl_ms,
+        want: Want::EXCLUSIVE,
+        block_ms: None,
+        session: false,
+    };
+    request.apply_to(ctx, name, key, Fallback::Nothing)
+}
+
+/// `key owner ttl` (argv[1..]): the named owner and the ttl, when both are
+/// valid and the ttl is within `dlock.max-lease-ms`.
+#[inline]
+fn plain<'a>(args: &Argv<'a>) -> Option<(&'a [u8], u64)> {
+    if args.count() != 4 {
+        return None;
+    }
+    let OwnerArg::Named(owner) = parse_owner(args.bytes(2)).ok()? else {
+        return None;
+    };
+    let ttl_ms = parse_ttl(args.bytes(3)).ok()?;
+    grace::check_lease(ttl_ms).ok()?;
+    Some((owner, ttl_ms))
+}
+
+/// [`run`] for every form but the plain one.
+#[cold]
+#[inline(never)]
+fn run_general(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     let request = Acquire::parse(args)?;
     let name = args.key(1).ok_or(CommandError::WrongArity)?;
     request.apply(ctx, name, Fallback::Nothing)
+}
+
+/// The first hold on the new key `name` (open and empty in `key`), outside
+/// a grace window and with no orphaned waiter to adopt: what
+/// [`Acquire::apply`] does there ([`Lock::acquire_first`] and
+/// [`keyspace::settle_sole_hold`]), in few instructions and few cache
+/// lines. The lock is built whole and stored once, its key set to expire
+/// with the lease, the hold replicated, the grant published and replied.
+#[inline]
+fn acquire_new(
+    ctx: Ctx,
+    name: KeyName,
+    key: &mut LockKey,
+    owner: &[u8],
+    ttl_ms: u64,
+) -> CommandResult {
+    let now_us = clock::now_us();
+    let request = Request {
+        owner,
+        ttl_ms,
+        session: None,
+        want: Want::EXCLUSIVE,
+    };
+    let (lock, grant) = Lock::first_hold(request, now_us / 1_000, tokens::issue_at(now_us));
+    let stored = key.insert(lock)?;
+    let fact = Fact {
+        owner,
+        token: grant.token,
+        holds: grant.holds,
+    };
+    stats::record_fact(ctx, Event::Acquire, name, fact);
+    let deadline_ms = match stored.holders().single() {
+        Some(hold) => {
+            if propagation::needed(ctx) {
+                ctx.replicate_hold(name, hold, true);
+            }
+            hold.deadline_ms
+        }
+        None => 0,
+    };
+    key.set_deadline(deadline_ms);
+    reply_grant(ctx, grant, owner);
+    Ok(())
 }
 
 /// The grant reply: `[token, holds, owner]`.

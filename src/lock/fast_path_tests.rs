@@ -48,6 +48,23 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2_000))]
 
     #[test]
+    fn a_first_hold_built_whole_is_the_first_acquire_of_a_new_lock(
+        owner in 0..OWNERS.len(),
+        want in any_want(3),
+        ttl in 1..(1u64 << 53),
+        now in 0..(1u64 << 53),
+        token in 1..u64::MAX,
+        session in proptest::option::of(0..100u64),
+    ) {
+        let request = Request { owner: OWNERS[owner], ttl_ms: ttl, session, want };
+        let mut acquired = Lock::new();
+        let grant = acquired.acquire_first(request, now, || token);
+        let (built, built_grant) = Lock::first_hold(request, now, token);
+        prop_assert_eq!(Some(built_grant), grant);
+        prop_assert_eq!(built, acquired);
+    }
+
+    #[test]
     fn straight_routes_agree_with_the_general_path(ops in prop::collection::vec(op(), 1..120)) {
         let mut lock = Lock::new();
         let tokens = Cell::new(0u64);

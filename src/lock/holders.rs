@@ -124,6 +124,14 @@ pub struct Holders {
 }
 
 impl Holders {
+    /// The holders of a lock with one holder.
+    pub fn of_one(hold: Hold) -> Self {
+        Self {
+            one: Some(hold),
+            many: None,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.one.is_none() && self.many.is_none()
     }

@@ -461,25 +461,21 @@ impl Lock {
         if !self.holders.is_empty() || !self.queue.is_empty() {
             return None;
         }
-        let token = next_token();
-        let (exclusive, shared) = match request.want.mode {
-            Mode::Exclusive => (1, 0),
-            Mode::Shared => (0, 1),
+        let (hold, grant) = first_hold_of(request, now_ms, next_token());
+        self.holders.insert(hold);
+        Some(grant)
+    }
+
+    /// The lock [`Lock::acquire_first`] makes of [`Lock::new`] under
+    /// `token`, built whole (for a new key: its value is stored once, with
+    /// its holder in place), and the grant.
+    pub fn first_hold(request: Request<'_>, now_ms: u64, token: u64) -> (Self, Grant) {
+        let (hold, grant) = first_hold_of(request, now_ms, token);
+        let lock = Self {
+            holders: Holders::of_one(hold),
+            queue: Queue::default(),
         };
-        self.holders.insert(Hold {
-            owner: request.owner.into(),
-            exclusive,
-            shared,
-            token,
-            deadline_ms: now_ms.saturating_add(request.ttl_ms),
-            session: request.session.and_then(std::num::NonZeroU64::new),
-        });
-        Some(Grant {
-            token,
-            holds: 1,
-            reentry: false,
-            mode: request.want.mode,
-        })
+        (lock, grant)
     }
 
     /// [`Lock::acquire`] of the lock's only holder re-entering while nothing
@@ -980,6 +976,30 @@ impl Lock {
     pub fn heap_bytes(&self) -> usize {
         self.holders.heap_bytes() + self.queue.heap_bytes()
     }
+}
+
+/// The hold and grant of a request's first hold on a lock nobody holds or
+/// waits for, under `token`.
+fn first_hold_of(request: Request<'_>, now_ms: u64, token: u64) -> (Hold, Grant) {
+    let (exclusive, shared) = match request.want.mode {
+        Mode::Exclusive => (1, 0),
+        Mode::Shared => (0, 1),
+    };
+    let hold = Hold {
+        owner: request.owner.into(),
+        exclusive,
+        shared,
+        token,
+        deadline_ms: now_ms.saturating_add(request.ttl_ms),
+        session: request.session.and_then(std::num::NonZeroU64::new),
+    };
+    let grant = Grant {
+        token,
+        holds: 1,
+        reentry: false,
+        mode: request.want.mode,
+    };
+    (hold, grant)
 }
 
 #[cfg(test)]

@@ -277,7 +277,9 @@ impl Ctx {
 
     /// Propagates one owner's hold: `DLOCK.SETSTATE key HOLD|HOLDER owner
     /// exclusive token deadline [SHARED shared]`. `HOLD` when it is the only
-    /// holder (every other hold ends), `HOLDER` beside other holders.
+    /// holder (every other hold ends), `HOLDER` beside other holders. Out of
+    /// line: a caller that skips it (nothing listens) carries only the call.
+    #[inline(never)]
     pub fn replicate_hold(self, name: KeyName, hold: &Hold, only_holder: bool) {
         let operation = if only_holder { c"HOLD" } else { c"HOLDER" };
         if hold.shared == 0 {

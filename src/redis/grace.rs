@@ -118,17 +118,30 @@ static TIMER: AtomicU64 = AtomicU64::new(0);
 static TIMER_CONTEXT: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Microseconds left in the current window (0: closed or off).
+#[inline]
 fn remaining_us() -> u64 {
-    let grace_ms = GRACE_MS.get_ms();
-    if grace_ms == 0 {
-        return 0;
+    match GRACE_MS.get_ms() {
+        0 => 0,
+        grace_ms => remaining_us_of(grace_ms),
     }
+}
+
+/// [`remaining_us`] with windows on: out of line, so that the commands'
+/// path (windows off, the default) carries only the config load.
+#[inline(never)]
+fn remaining_us_of(grace_ms: u64) -> u64 {
     let opened = OPENED_AT.load(Ordering::Relaxed);
     if opened == 0 {
         return 0;
     }
     let ends = (opened - 1).saturating_add(grace_ms.saturating_mul(1_000));
     ends.saturating_sub(monotonic_us())
+}
+
+/// Whether a window is open (one config load while `dlock.grace-ms` is 0).
+#[inline]
+pub fn is_open() -> bool {
+    remaining_us() != 0
 }
 
 /// Milliseconds left in the current window, rounded up (0: closed).

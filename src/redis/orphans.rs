@@ -17,9 +17,16 @@ use crate::lock::{Lock, WaiterId};
 #[inline]
 pub fn adopt_orphans_at(ctx: Ctx, name: KeyName, key: &mut LockKey) {
     // One atomic load on the commands' path while no value has orphans.
-    if scheduler::may_have_orphans() {
+    if may_have_orphans() {
         adopt_orphans_now(ctx, name, key);
     }
+}
+
+/// Whether any lock value may have orphaned waiters (one atomic load): if
+/// not, [`adopt_orphans_at`] has nothing to do.
+#[inline]
+pub fn may_have_orphans() -> bool {
+    scheduler::may_have_orphans()
 }
 
 #[inline(never)]

@@ -6,6 +6,7 @@
 
 /// Microseconds since the Unix epoch; `None` when the clock cannot be read
 /// or is before the epoch.
+#[inline]
 pub fn now_us() -> Option<u64> {
     let mut now = libc::timespec {
         tv_sec: 0,
