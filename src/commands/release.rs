@@ -20,7 +20,7 @@ use crate::lock::Mode;
 use crate::redis::audit::{self, Fact};
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
-use crate::redis::{Argv, Ctx, KeyName};
+use crate::redis::{Argv, Ctx, KeyName, LockKey};
 
 /// A parsed DLOCK.RELEASE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,10 +51,6 @@ impl<'a> Release<'a> {
         // The clock, read once: leases and the token floor of hand-offs.
         let now_us = clock::now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
-        let event = match self.mode {
-            Mode::Exclusive => Event::Release,
-            Mode::Shared => Event::ReleaseShared,
-        };
         // The owner's live hold was the lock's only one and nothing is
         // queued: the key goes, by the straight route.
         if let Some(token) = lock.release_last(self.owner, self.mode, now_us / 1_000) {
@@ -63,11 +59,26 @@ impl<'a> Release<'a> {
                 token,
                 holds: 0,
             };
-            stats::record_fact(ctx, event, name, fact);
+            stats::record_fact(ctx, self.event(), name, fact);
             keyspace::settle_vacated(ctx, name, &mut key);
             ctx.reply_count(0);
             return Ok(());
         }
+        self.apply_general(ctx, name, key, now_us)
+    }
+
+    /// [`Release::apply`] of every release but a lock's last hold.
+    #[inline(never)]
+    fn apply_general(
+        self,
+        ctx: Ctx,
+        name: KeyName,
+        mut key: LockKey,
+        now_us: u64,
+    ) -> CommandResult {
+        let Some(lock) = key.lock_mut() else {
+            return Err(CommandError::NotOwner);
+        };
         let issue = keyspace::token_issuer(now_us);
         let mut step = keyspace::step_at(now_us, &issue);
         // The token, for the audit channel, before a release to zero ends the hold.
@@ -84,7 +95,7 @@ impl<'a> Release<'a> {
                     .get(self.owner)
                     .map_or(0, |hold| hold.count(self.mode)),
             };
-            stats::record_fact(ctx, event, name, fact);
+            stats::record_fact(ctx, self.event(), name, fact);
         }
         // Settled either way: holders whose lease ended were dropped.
         settle(ctx, name, &mut key, step, Changes::default());
@@ -92,10 +103,42 @@ impl<'a> Release<'a> {
         ctx.reply_count(remaining);
         Ok(())
     }
+
+    /// The event a release publishes.
+    fn event(self) -> Event {
+        match self.mode {
+            Mode::Exclusive => Event::Release,
+            Mode::Shared => Event::ReleaseShared,
+        }
+    }
 }
 
 /// Command entry: `DLOCK.RELEASE key owner [SHARED]`.
+///
+/// The plain form, `key owner` with a valid owner, is read without the
+/// general parser; every other form (whose error, if any, the parser
+/// reports) takes it.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
+    match (args.key(1), args.count()) {
+        (Some(name), 3) => {
+            let owner = args.bytes(2);
+            if parse_owner(owner).is_err() {
+                return Err(CommandError::InvalidOwner);
+            }
+            let request = Release {
+                owner,
+                mode: Mode::Exclusive,
+            };
+            request.apply(ctx, name)
+        }
+        _ => run_general(ctx, args),
+    }
+}
+
+/// [`run`] for every form but the plain one.
+#[cold]
+#[inline(never)]
+fn run_general(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     let request = Release::parse(args)?;
     let name = args.key(1).ok_or(CommandError::WrongArity)?;
     request.apply(ctx, name)
