@@ -136,6 +136,14 @@ impl Holders {
         self.one.is_none() && self.many.is_none()
     }
 
+    /// Ends every hold of a lock with one holder ([`Holders::single`]),
+    /// dropping only that hold; does nothing otherwise.
+    pub fn clear_single(&mut self) {
+        if self.many.is_none() {
+            self.one = None;
+        }
+    }
+
     /// Number of owners holding the lock (live or not).
     pub fn len(&self) -> usize {
         match (&self.one, &self.many) {

@@ -703,7 +703,7 @@ impl Lock {
             return None;
         }
         let token = hold.token;
-        self.holders = Holders::default();
+        self.holders.clear_single();
         Some(token)
     }
 

@@ -384,17 +384,33 @@ fn publish_ended_leases(ctx: *mut raw::RedisModuleKeyOptCtx, lock: &Lock) {
 /// This replaces a keyspace-event subscription, which made Redis call into
 /// the module for every DEL and EXPIRE of any key.
 unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    // SAFETY: Redis passes a value of this type, still alive.
+    let Some(lock) = (unsafe { lock_ref(value.cast_mut()) }) else {
+        return;
+    };
+    // The common end of a lock (its last hold released, then the key
+    // deleted): nothing to publish, nobody depends on the place. Read
+    // before the guarded part, which stays out of line.
+    if lock.holders().is_empty() && lock.queue().waiter_count() == 0 && !audit::is_on() {
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { unlink_held(ctx, value) }
+}
+
+/// [`unlink`] of a value with holders or waiters, or with the audit
+/// channel on.
+///
+/// # Safety
+/// As [`unlink`]: `value` is a live value of this type.
+#[inline(never)]
+unsafe fn unlink_held(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guarded((), || {
         // SAFETY: Redis passes a value of this type, still alive; it is ours
         // to change (Redis only moves or frees it).
         let Some(lock) = (unsafe { value.cast_mut().cast::<Lock>().as_mut() }) else {
             return;
         };
-        // The common end of a lock (its last hold released, then the key
-        // deleted): nothing to publish, nobody depends on the place.
-        if lock.holders().is_empty() && lock.queue().waiter_count() == 0 && !audit::is_on() {
-            return;
-        }
         if !on_main_thread() {
             return;
         }

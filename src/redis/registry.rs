@@ -151,12 +151,22 @@ fn dispatch(
     // SAFETY: Redis passes `argc` valid strings that live for the whole call.
     let args = unsafe { Argv::from_raw(argv, argc) };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
+    if !matches!(outcome, Ok(Ok(()))) {
+        reply_failure(ctx, outcome);
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// The reply of a command that failed (an error) or panicked. Out of line:
+/// every entry point carries only the call.
+#[cold]
+#[inline(never)]
+fn reply_failure(ctx: Ctx, outcome: std::thread::Result<CommandResult>) {
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(error)) => ctx.reply_command_error(error),
         Err(_) => ctx.reply_error(c"ERR dlock internal error: the command panicked and changed nothing it could undo; see the server log"),
     }
-    raw::REDISMODULE_OK as c_int
 }
 
 /// Registers every command; called from the module's OnLoad.
