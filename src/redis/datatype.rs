@@ -313,7 +313,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     }
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
-    let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
     if lock.holders().is_empty()
         && lock.queue().waiter_count() == 0
         && !scheduler::may_have_departures()
@@ -323,6 +323,16 @@ unsafe extern "C" fn free(value: *mut c_void) {
         boxes::recycle(lock);
         return;
     }
+    free_held(lock, value as usize);
+}
+
+/// [`free`] of a lock with holders or waiters, or while waiters may have
+/// departed from unlinked values: out of line, so that the common end of a
+/// lock carries only the call. It takes the box, so that the lock's drop
+/// (holders, queue) is out of line too.
+#[inline(never)]
+#[allow(clippy::boxed_local)]
+fn free_held(mut lock: Box<Lock>, value: usize) {
     if !on_main_thread() {
         // An asynchronous flush (FLUSHALL ASYNC, a replica discarding a data
         // set after a diskless load) frees on a background thread, where the
@@ -331,7 +341,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
         return;
     }
     // Waiters taken out when Redis unlinked the value (see `unlink`).
-    let (place, mut departed) = scheduler::take_departed_waiters(value as usize);
+    let (place, mut departed) = scheduler::take_departed_waiters(value);
     if lock.holders().is_empty() && lock.queue().waiter_count() == 0 && departed.is_empty() {
         return;
     }
