@@ -252,10 +252,12 @@ pub fn grant_event(grant: Grant) -> Event {
 /// Command entry: `DLOCK.ACQUIRE key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]`.
 ///
 /// The plain form, `key owner ttl` with a named owner and a valid ttl, the
-/// one nearly every lock sends, is read without the general parser, and a
-/// new key gets its first hold by [`acquire_new`]. Everything else (any
-/// option, a generated owner, a bad argument, whose error the general
-/// parser reports) takes the general path.
+/// one nearly every lock sends, is read without the general parser; a new
+/// key then gets its first hold by [`acquire_new`] unless a grace window
+/// is open or orphaned waiters may exist, and an existing key goes to the
+/// general path opened once. Everything else (any option, a generated
+/// owner, a bad argument, whose error the general parser reports) takes
+/// the general path from the start.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     let (Some(name), Some((owner, ttl_ms))) = (args.key(1), plain(args)) else {
         return run_general(ctx, args);
@@ -319,6 +321,9 @@ fn acquire_new(
         session: None,
         want: Want::EXCLUSIVE,
     };
+    // The token is issued before the store: a store that failed (which a
+    // key opened for writing does not) would skip one token, which costs
+    // nothing, since tokens only have to increase.
     let (lock, grant) = Lock::first_hold(request, now_us / 1_000, tokens::issue_at(now_us));
     let stored = key.insert(lock)?;
     let fact = Fact {
@@ -327,16 +332,15 @@ fn acquire_new(
         holds: grant.holds,
     };
     stats::record_fact(ctx, Event::Acquire, name, fact);
-    let deadline_ms = match stored.holders().single() {
-        Some(hold) => {
-            if propagation::needed(ctx) {
-                ctx.replicate_hold(name, hold, true);
-            }
-            hold.deadline_ms
+    let deadline_ms = stored.holders().single().map(|hold| {
+        if propagation::needed(ctx) {
+            ctx.replicate_hold(name, hold, true);
         }
-        None => 0,
-    };
-    key.set_deadline(deadline_ms);
+        hold.deadline_ms
+    });
+    if let Some(deadline_ms) = deadline_ms {
+        key.set_deadline(deadline_ms);
+    }
     reply_grant(ctx, grant, owner);
     Ok(())
 }

@@ -115,9 +115,9 @@ impl<'a> Release<'a> {
 
 /// Command entry: `DLOCK.RELEASE key owner [SHARED]`.
 ///
-/// The plain form, `key owner` with a valid owner, is read without the
-/// general parser; every other form (whose error, if any, the parser
-/// reports) takes it.
+/// The plain form, `key owner`, is read without the general parser (an
+/// invalid owner gets the parser's error, `ERR invalid owner`); every
+/// other form goes through the parser.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     match (args.key(1), args.count()) {
         (Some(name), 3) => {
