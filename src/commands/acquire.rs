@@ -50,7 +50,7 @@ use crate::redis::audit::Fact;
 use crate::redis::grace;
 use crate::redis::keyspace::{self, settle, Changes};
 use crate::redis::stats::{self, Event};
-use crate::redis::{orphans, propagation, tokens, waiters, Argv, Ctx, KeyName, LockKey};
+use crate::redis::{orphans, tokens, waiters, Argv, Ctx, KeyName, LockKey};
 
 /// Length of a generated owner: a hyphenated UUID.
 pub(super) const GENERATED_OWNER_LEN: usize = 36;
@@ -302,10 +302,11 @@ fn run_general(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
 
 /// The first hold on the new key `name` (open and empty in `key`), outside
 /// a grace window and with no orphaned waiter to adopt: what
-/// [`Acquire::apply`] does there ([`Lock::acquire_first`] and
+/// [`Acquire::apply`] does there ([`Lock::acquire_first`], then
 /// [`keyspace::settle_sole_hold`]), in few instructions and few cache
-/// lines. The lock is built whole and stored once, its key set to expire
-/// with the lease, the hold replicated, the grant published and replied.
+/// lines: the lock is built whole and stored once, then settled (the hold
+/// replicated, the key set to expire with the lease), the grant published
+/// and replied.
 #[inline]
 fn acquire_new(
     ctx: Ctx,
@@ -325,22 +326,14 @@ fn acquire_new(
     // key opened for writing does not) would skip one token, which costs
     // nothing, since tokens only have to increase.
     let (lock, grant) = Lock::first_hold(request, now_us / 1_000, tokens::issue_at(now_us));
-    let stored = key.insert(lock)?;
+    key.insert(lock)?;
     let fact = Fact {
         owner,
         token: grant.token,
         holds: grant.holds,
     };
     stats::record_fact(ctx, Event::Acquire, name, fact);
-    let deadline_ms = stored.holders().single().map(|hold| {
-        if propagation::needed(ctx) {
-            ctx.replicate_hold(name, hold, true);
-        }
-        hold.deadline_ms
-    });
-    if let Some(deadline_ms) = deadline_ms {
-        key.set_deadline(deadline_ms);
-    }
+    keyspace::settle_sole_hold(ctx, name, key, None);
     reply_grant(ctx, grant, owner);
     Ok(())
 }

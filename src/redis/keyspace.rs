@@ -115,6 +115,7 @@ pub fn settle(
 /// be there (no hand-off, vacancy, timer or waiter to wake): the holder is
 /// replicated (`HOLD`), the key expires with the lease, and a new SESSION
 /// hold (`session`) is indexed by its connection.
+#[inline]
 pub fn settle_sole_hold(ctx: Ctx, name: KeyName, key: &mut LockKey, session: Option<u64>) {
     let Some(hold) = key.lock().and_then(|lock| lock.holders().single()) else {
         return;
