@@ -76,6 +76,8 @@ impl<'a> Release<'a> {
         mut key: LockKey,
         now_us: u64,
     ) -> CommandResult {
+        // Looked up again: the borrow `apply` held cannot outlive its call
+        // (settling needs the key itself), and the lock is there.
         let Some(lock) = key.lock_mut() else {
             return Err(CommandError::NotOwner);
         };
@@ -115,24 +117,28 @@ impl<'a> Release<'a> {
 
 /// Command entry: `DLOCK.RELEASE key owner [SHARED]`.
 ///
-/// The plain form, `key owner`, is read without the general parser (an
-/// invalid owner gets the parser's error, `ERR invalid owner`); every
-/// other form goes through the parser.
+/// The plain form, `key owner` with a valid owner, is read without the
+/// general parser; every other form, and any bad argument (whose error the
+/// parser reports), goes through the parser.
 pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
-    match (args.key(1), args.count()) {
-        (Some(name), 3) => {
-            let owner = args.bytes(2);
-            if parse_owner(owner).is_err() {
-                return Err(CommandError::InvalidOwner);
-            }
-            let request = Release {
-                owner,
-                mode: Mode::Exclusive,
-            };
-            request.apply(ctx, name)
-        }
+    match (args.key(1), plain(args)) {
+        (Some(name), Some(request)) => request.apply(ctx, name),
         _ => run_general(ctx, args),
     }
+}
+
+/// `key owner` (argv[1..]), when the owner is valid.
+#[inline]
+fn plain<'a>(args: &Argv<'a>) -> Option<Release<'a>> {
+    if args.count() != 3 {
+        return None;
+    }
+    let owner = args.bytes(2);
+    parse_owner(owner).ok()?;
+    Some(Release {
+        owner,
+        mode: Mode::Exclusive,
+    })
 }
 
 /// [`run`] for every form but the plain one.
