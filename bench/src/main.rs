@@ -13,7 +13,9 @@
 //!
 //! `DLOCK_SERVER` (default `redis-server`), `DLOCK_BENCHMARK` (default
 //! `redis-benchmark`) and `DLOCK_MODULE` (default
-//! `target/release/libdlock.so`) select the binaries.
+//! `target/release/libdlock.so`) select the binaries; `DLOCK_BENCH_TRACE`
+//! (any value) prints every round's rates of the interleaved comparisons
+//! (scenarios 1, 2 and 8) to stderr.
 //!
 //! The bench fails only on errors (a server that does not start, an
 //! unexpected reply, two holders of one lock at once), never on a missed
@@ -274,7 +276,7 @@ fn run() -> Res<()> {
         )
     };
     if config.wants(1) {
-        step("1: uncontended acquire throughput (redis-benchmark)");
+        step("1: uncontended acquire throughput");
         let (section, command) = scenarios::throughput::run(&config)?;
         server_command = command;
         sections.push(section);

@@ -5,15 +5,12 @@
 //! reference design run both on a server with dlock loaded and on one
 //! without it (plain Redis, the reference of issue 15's pair target).
 
-use std::time::Duration;
-
-use super::flushall;
-use super::load::{self, Op};
+use super::load::{self, Op, Plan};
 use crate::report::{Section, Table, Target};
 use crate::scripts::Scripts;
 use crate::server::Server;
-use crate::stats::{median, ratio, thousands, times};
-use crate::{bail, Config, Res};
+use crate::stats::{thousands, times};
+use crate::{Config, Res};
 
 const CONNECTIONS: usize = 8;
 const PIPELINES: [usize; 2] = [16, 1];
@@ -66,7 +63,7 @@ fn op_name(op: Op) -> &'static str {
         Op::SetNxDel => "SET NX PX + DEL (unsafe floor)",
         Op::SetNxCad => "SET NX PX + compare-and-delete (EVALSHA)",
         Op::LuaPair => "EVALSHA lock + EVALSHA unlock (re-entrant, hash)",
-        Op::Acquire | Op::SetNx | Op::Get | Op::Incr => "",
+        Op::Acquire | Op::SetNx | Op::LuaAcquire | Op::Get | Op::Incr => "",
     }
 }
 
@@ -77,8 +74,23 @@ pub fn run(config: &Config) -> Res<Section> {
     let mut plain_conn = plain.conn()?;
     let module_scripts = Scripts::load(&mut module_conn)?;
     let plain_scripts = Scripts::load(&mut plain_conn)?;
-    let reps = config.pick(1, 5);
-    let duration = Duration::from_millis(config.pick(150, 1000));
+    let slice = load::SLICE;
+    let rounds = config.pick(6, 150);
+    let cases: Vec<load::Case> = CASES
+        .iter()
+        .map(|case| {
+            let (server, scripts) = if case.plain {
+                (&plain, &plain_scripts)
+            } else {
+                (&module, &module_scripts)
+            };
+            load::Case {
+                server,
+                scripts,
+                op: case.op,
+            }
+        })
+        .collect();
 
     let mut section = Section::new(2, "Acquire + release cycles on distinct keys");
     section.about = format!(
@@ -88,10 +100,11 @@ pub fn run(config: &Config) -> Res<Section> {
          on keys of its own, a new key for every pair, checking every reply (the \
          acquire must grant, the release must free the key). Each reference design \
          runs on two servers started alike, one with dlock loaded and one without \
-         (plain Redis); the DLOCK pair needs the module. Runs of {:.2} s, {reps} per \
-         case, every case of a pipeline interleaved (the starting case rotating); \
-         medians, and ratios as medians of back-to-back runs.",
-        duration.as_secs_f64(),
+         (plain Redis); the DLOCK pair needs the module. The cases take turns in \
+         slices of {} ms, all connections switching together, {rounds} rounds of one \
+         slice per case (the starting case rotating); medians, and ratios as medians \
+         of the per-round ratios. After every slice the server must hold no key.",
+        slice.as_millis(),
     );
     let mut table = Table::new(
         "",
@@ -107,44 +120,16 @@ pub fn run(config: &Config) -> Res<Section> {
         ],
     );
     for pipeline in PIPELINES {
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); CASES.len()];
-        for rep in 0..reps {
-            for k in 0..CASES.len() {
-                let index = (rep + k) % CASES.len();
-                let case = CASES[index];
-                let (server, conn, scripts) = if case.plain {
-                    (&plain, &mut plain_conn, &plain_scripts)
-                } else {
-                    (&module, &mut module_conn, &module_scripts)
-                };
-                flushall(conn)?;
-                let tag = format!("pair:{pipeline}:{rep}");
-                let rate = load::rate(
-                    server,
-                    scripts,
-                    case.op,
-                    CONNECTIONS,
-                    pipeline,
-                    duration,
-                    &tag,
-                )?;
-                rates[index].push(rate);
-                let left = conn.call(&["DBSIZE"])?;
-                if left.as_int() != Some(0) {
-                    bail!("{}: {left:?} keys left after the run", op_name(case.op));
-                }
-            }
-        }
-        let paired = |a: usize, b: usize| -> f64 {
-            let ratios: Vec<f64> = rates[a]
-                .iter()
-                .zip(&rates[b])
-                .map(|(x, y)| ratio(*x, *y))
-                .collect();
-            median(&ratios)
+        let plan = Plan {
+            connections: CONNECTIONS,
+            pipeline,
+            slice,
+            rounds,
         };
+        let rates = load::interleaved(&cases, plan, &format!("pair:{pipeline}"))?;
+        let paired = |a: usize, b: usize| rates.ratio(a, b);
         for (index, case) in CASES.iter().enumerate() {
-            let pairs = median(&rates[index]);
+            let pairs = rates.median(index);
             // The same-server references: the module server's for a case
             // on it, the plain server's for a plain case.
             let (cad, lua) = if case.plain {
@@ -196,7 +181,7 @@ pub fn run(config: &Config) -> Res<Section> {
             .into(),
     );
     section.commands = vec![format!(
-        "target/release/dlock-bench --only 2   # {CONNECTIONS} connections x batches of 16 pairs (or 1 command at a time), k = pair:<pipeline>:<run>:<connection>:<n>, o = owner-<connection>"
+        "target/release/dlock-bench --only 2   # {CONNECTIONS} connections x batches of 16 pairs (or 1 command at a time), k = pair:<pipeline>:<case>:<round>:<connection>:<n>, o = owner-<connection>"
     )];
     for op in [Op::DlockPair, Op::SetNxDel, Op::SetNxCad, Op::LuaPair] {
         section.commands.push(format!("#   {}", op.commands()));
