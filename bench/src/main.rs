@@ -15,7 +15,9 @@
 //! `redis-benchmark`) and `DLOCK_MODULE` (default
 //! `target/release/libdlock.so`) select the binaries; `DLOCK_BENCH_TRACE`
 //! (any value) prints every round's rates of the interleaved comparisons
-//! (scenarios 1, 2 and 8) to stderr.
+//! (scenarios 1, 2, 8 and 15) to stderr. Scenario 15 runs only when named
+//! in `--only`: it compares the module against the build at
+//! `DLOCK_MODULE_B`, for work on the module's speed.
 //!
 //! The bench fails only on errors (a server that does not start, an
 //! unexpected reply, two holders of one lock at once), never on a missed
@@ -47,6 +49,7 @@ macro_rules! bail {
 }
 
 /// What to run and where.
+#[derive(Clone)]
 pub struct Config {
     pub quick: bool,
     pub redis_server: String,
@@ -335,6 +338,11 @@ fn run() -> Res<()> {
     if config.wants(14) {
         step("14: instructions per command (callgrind)");
         sections.push(scenarios::instructions::run(&config)?);
+    }
+    // Scenario 15 is a tool for work on the module, never part of a full run.
+    if config.only.as_ref().is_some_and(|only| only.contains(&15)) {
+        step("15: this build of the module against another (DLOCK_MODULE_B)");
+        sections.push(scenarios::builds::run(&config)?);
     }
     sections.sort_by_key(|section| section.number);
     let elapsed = started.elapsed().as_secs_f64();

@@ -1,6 +1,7 @@
 //! The scenarios, one module each (fairness, 7, comes from the runs of
 //! contention, 3), and what they share.
 
+pub mod builds;
 pub mod contention;
 pub mod expiry;
 pub mod instructions;
