@@ -45,7 +45,7 @@ test: build lint
 # under valgrind's callgrind, installed on first use.
 bench: build
 	@command -v valgrind >/dev/null || ./scripts/ensure-deps.sh valgrind
-	cargo build --release -p dlock-bench
+	cargo build --release -p dlock-bench -p dlock-floor
 	./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
 	cargo bench -p dlock-client --bench client$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
 

@@ -13,7 +13,9 @@
 //!
 //! `DLOCK_SERVER` (default `redis-server`), `DLOCK_BENCHMARK` (default
 //! `redis-benchmark`) and `DLOCK_MODULE` (default
-//! `target/release/libdlock.so`) select the binaries; `DLOCK_BENCH_TRACE`
+//! `target/release/libdlock.so`) select the binaries, `DLOCK_FLOOR_MODULE`
+//! (default `target/release/libdlock_floor.so`, the `bench/floor` crate)
+//! the floor module of scenarios 1 and 2; `DLOCK_BENCH_TRACE`
 //! (any value) prints every round's rates of the interleaved comparisons
 //! (scenarios 1, 2, 8 and 15) to stderr. Scenario 15 runs only when named
 //! in `--only`: it compares the module against the build at
@@ -55,6 +57,9 @@ pub struct Config {
     pub redis_server: String,
     pub redis_benchmark: String,
     pub module: PathBuf,
+    /// The floor module (`bench/floor`): a lock's Redis calls and nothing
+    /// else, loaded beside dlock in scenarios 1 and 2.
+    pub floor_module: PathBuf,
     /// Core for redis-server (`taskset -c`), when pinning.
     pub server_cpu: Option<usize>,
     /// Core for the load generators, when pinning.
@@ -124,6 +129,16 @@ impl Config {
                 module.display()
             );
         }
+        let floor_module = match std::env::var("DLOCK_FLOOR_MODULE") {
+            Ok(path) => PathBuf::from(path),
+            Err(_) => root.join("target/release/libdlock_floor.so"),
+        };
+        if !floor_module.exists() {
+            bail!(
+                "{} is missing: run `cargo build --release -p dlock-floor` (or `make bench`) first",
+                floor_module.display()
+            );
+        }
         let cores = count_cores();
         let (server_cpu, client_cpu) = if pin && cores >= 2 {
             (Some(0), Some(1))
@@ -136,6 +151,7 @@ impl Config {
             redis_benchmark: std::env::var("DLOCK_BENCHMARK")
                 .unwrap_or_else(|_| "redis-benchmark".into()),
             module,
+            floor_module,
             server_cpu,
             client_cpu,
             markdown,
@@ -143,6 +159,14 @@ impl Config {
             only,
             cores,
         })
+    }
+
+    /// The extra server arguments that load the floor module beside dlock.
+    pub fn floor_args(&self) -> [String; 2] {
+        [
+            "--loadmodule".to_string(),
+            self.floor_module.display().to_string(),
+        ]
     }
 
     fn wants(&self, scenario: u32) -> bool {

@@ -25,6 +25,8 @@ impl Table {
 }
 
 const NOT_RUN: &str = "not available";
+/// The goal of a figure shown beside the targets as their context.
+const NO_GOAL: &str = "none (context)";
 
 /// A target of the brief and whether this run met it.
 pub struct Target {
@@ -65,8 +67,21 @@ impl Target {
         }
     }
 
+    /// A ratio with no goal of its own, listed for what it says about the
+    /// targets beside it (the floor module's ratios, for one).
+    pub fn context(what: &str, measured: f64) -> Target {
+        Target {
+            what: what.to_string(),
+            measured: crate::stats::times(measured),
+            goal: NO_GOAL.into(),
+            met: true,
+        }
+    }
+
     pub fn verdict(&self) -> &'static str {
-        if self.measured == NOT_RUN {
+        if self.goal == NO_GOAL {
+            "context"
+        } else if self.measured == NOT_RUN {
             "not run"
         } else if self.met {
             "met"

@@ -29,8 +29,13 @@ pub enum Op {
     SetNxCad,
     /// EVALSHA <lock> 1 k ttl o ; EVALSHA <unlock> 2 k unlock:k 0 ttl o
     LuaPair,
+    /// FLOOR.ACQUIRE k o ttl ; FLOOR.RELEASE k o (the floor module: a
+    /// lock's Redis calls and nothing else, see bench/floor)
+    FloorPair,
     /// DLOCK.ACQUIRE k o ttl alone (the lock stays)
     Acquire,
+    /// FLOOR.ACQUIRE k o ttl alone (the lock stays)
+    FloorAcquire,
     /// SET k o NX PX ttl alone (the key stays)
     SetNx,
     /// EVALSHA <lock> 1 k ttl o alone (the lock stays)
@@ -45,7 +50,7 @@ impl Op {
     /// Commands per unit.
     pub fn len(self) -> usize {
         match self {
-            Op::Acquire | Op::SetNx | Op::LuaAcquire | Op::Get | Op::Incr => 1,
+            Op::Acquire | Op::FloorAcquire | Op::SetNx | Op::LuaAcquire | Op::Get | Op::Incr => 1,
             _ => 2,
         }
     }
@@ -57,7 +62,9 @@ impl Op {
             Op::SetNxDel => "SET k o NX PX 30000 ; DEL k",
             Op::SetNxCad => "SET k o NX PX 30000 ; EVALSHA <compare-and-delete> 1 k o",
             Op::LuaPair => "EVALSHA <lock> 1 k 30000 o ; EVALSHA <unlock> 2 k unlock:k 0 30000 o",
+            Op::FloorPair => "FLOOR.ACQUIRE k o 30000 ; FLOOR.RELEASE k o",
             Op::Acquire => "DLOCK.ACQUIRE k o 30000",
+            Op::FloorAcquire => "FLOOR.ACQUIRE k o 30000",
             Op::SetNx => "SET k o NX PX 30000",
             Op::LuaAcquire => "EVALSHA <lock> 1 k 30000 o",
             Op::Get => "GET k",
@@ -72,6 +79,10 @@ impl Op {
                 conn.queue(&["DLOCK.ACQUIRE", key, owner, TTL])
             }
             (Op::DlockPair, _) => conn.queue(&["DLOCK.RELEASE", key, owner]),
+            (Op::FloorPair, 0) | (Op::FloorAcquire, _) => {
+                conn.queue(&["FLOOR.ACQUIRE", key, owner, TTL])
+            }
+            (Op::FloorPair, _) => conn.queue(&["FLOOR.RELEASE", key, owner]),
             (Op::SetNxDel | Op::SetNxCad, 0) | (Op::SetNx, _) => {
                 conn.queue(&["SET", key, owner, "NX", "PX", TTL])
             }
@@ -103,8 +114,10 @@ impl Op {
     /// Whether `reply` is the expected reply of command `step`.
     pub fn check(self, step: usize, reply: &Reply) -> bool {
         match (self, step) {
-            (Op::DlockPair, 0) | (Op::Acquire, _) => reply.is_grant(),
-            (Op::DlockPair, _) => reply.as_int() == Some(0),
+            (Op::DlockPair | Op::FloorPair, 0) | (Op::Acquire | Op::FloorAcquire, _) => {
+                reply.is_grant()
+            }
+            (Op::DlockPair | Op::FloorPair, _) => reply.as_int() == Some(0),
             (Op::SetNxDel | Op::SetNxCad, 0) | (Op::SetNx, _) => reply.is_ok(),
             (Op::SetNxDel | Op::SetNxCad, _) => reply.as_int() == Some(1),
             (Op::LuaPair, 0) | (Op::LuaAcquire, _) => reply.is_nil(),
@@ -117,7 +130,10 @@ impl Op {
     /// Whether a unit leaves its key behind (an acquire without its release,
     /// an INCR): the keyspace of such a run is flushed between rounds.
     pub fn leaves_keys(self) -> bool {
-        matches!(self, Op::Acquire | Op::SetNx | Op::LuaAcquire | Op::Incr)
+        matches!(
+            self,
+            Op::Acquire | Op::FloorAcquire | Op::SetNx | Op::LuaAcquire | Op::Incr
+        )
     }
 }
 

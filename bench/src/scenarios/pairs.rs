@@ -3,7 +3,10 @@
 //! DLOCK.ACQUIRE + DLOCK.RELEASE against SET NX PX + DEL (the unsafe floor),
 //! SET NX PX + compare-and-delete and the Lua lock + unlock pair, each
 //! reference design run both on a server with dlock loaded and on one
-//! without it (plain Redis, the reference of issue 15's pair target).
+//! without it (plain Redis, the reference of issue 15's pair target), and
+//! the floor module's pair (bench/floor: a lock's Redis calls and nothing
+//! else), loaded beside dlock, which splits dlock's gap to SET NX PX + DEL
+//! into the module API's share and dlock's own.
 
 use super::load::{self, Op, Plan};
 use crate::report::{Section, Table, Target};
@@ -22,9 +25,13 @@ struct Case {
     plain: bool,
 }
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     Case {
         op: Op::DlockPair,
+        plain: false,
+    },
+    Case {
+        op: Op::FloorPair,
         plain: false,
     },
     Case {
@@ -53,22 +60,26 @@ const CASES: [Case; 7] = [
     },
 ];
 /// Indexes in CASES of the references.
-const SETDEL_PLAIN: usize = 1;
-const CAD_MODULE: usize = 4;
-const LUA_MODULE: usize = 6;
+const FLOOR: usize = 1;
+const SETDEL_PLAIN: usize = 2;
+const CAD_MODULE: usize = 5;
+const LUA_MODULE: usize = 7;
 
 fn op_name(op: Op) -> &'static str {
     match op {
         Op::DlockPair => "DLOCK.ACQUIRE + DLOCK.RELEASE",
+        Op::FloorPair => "FLOOR.ACQUIRE + FLOOR.RELEASE (floor module)",
         Op::SetNxDel => "SET NX PX + DEL (unsafe floor)",
         Op::SetNxCad => "SET NX PX + compare-and-delete (EVALSHA)",
         Op::LuaPair => "EVALSHA lock + EVALSHA unlock (re-entrant, hash)",
-        Op::Acquire | Op::SetNx | Op::LuaAcquire | Op::Get | Op::Incr => "",
+        Op::Acquire | Op::FloorAcquire | Op::SetNx | Op::LuaAcquire | Op::Get | Op::Incr => "",
     }
 }
 
 pub fn run(config: &Config) -> Res<Section> {
-    let module = Server::start(config, &[])?;
+    let floor = config.floor_args();
+    let floor: Vec<&str> = floor.iter().map(String::as_str).collect();
+    let module = Server::start(config, &floor)?;
     let plain = Server::start_plain(config, &[])?;
     let mut module_conn = module.conn()?;
     let mut plain_conn = plain.conn()?;
@@ -100,7 +111,12 @@ pub fn run(config: &Config) -> Res<Section> {
          on keys of its own, a new key for every pair, checking every reply (the \
          acquire must grant, the release must free the key). Each reference design \
          runs on two servers started alike, one with dlock loaded and one without \
-         (plain Redis); the DLOCK pair needs the module. The cases take turns in \
+         (plain Redis); the DLOCK pair needs the module. The server with dlock also \
+         loads the floor module (`bench/floor`): `FLOOR.ACQUIRE` and `FLOOR.RELEASE` make \
+         exactly the Redis calls of an uncontended DLOCK pair (open the key, store a value \
+         of a module type, set its expire, reply `[token, 1, owner]`; open, compare the \
+         owner, delete, reply 0; one clock read each) and nothing else: the least any \
+         module lock can cost on this Redis. The cases take turns in \
          slices of {} ms, all connections switching together, {rounds} rounds of one \
          slice per case (the starting case rotating); medians, and ratios as medians \
          of the per-round ratios. After every slice the server must hold no key.",
@@ -117,6 +133,7 @@ pub fn run(config: &Config) -> Res<Section> {
             "vs SET NX PX + DEL, no module",
             "vs SET NX PX + CAD, same server",
             "vs Lua pair, same server",
+            "vs floor module pair, same server",
         ],
     );
     for pipeline in PIPELINES {
@@ -150,6 +167,11 @@ pub fn run(config: &Config) -> Res<Section> {
                 times(paired(index, SETDEL_PLAIN)),
                 times(paired(index, cad)),
                 times(paired(index, lua)),
+                if case.plain {
+                    String::new()
+                } else {
+                    times(paired(index, FLOOR))
+                },
             ]);
         }
         section.targets.push(Target::at_least(
@@ -158,6 +180,16 @@ pub fn run(config: &Config) -> Res<Section> {
             ),
             paired(0, SETDEL_PLAIN),
             0.90,
+        ));
+        section.targets.push(Target::context(
+            &format!(
+                "pairs, pipeline {pipeline}: floor module / SET NX PX + DEL without the module (the module API's ceiling)"
+            ),
+            paired(FLOOR, SETDEL_PLAIN),
+        ));
+        section.targets.push(Target::context(
+            &format!("pairs, pipeline {pipeline}: DLOCK / floor module (dlock's own code)"),
+            paired(0, FLOOR),
         ));
         if pipeline == 16 {
             section.targets.push(Target::at_least(
@@ -183,7 +215,13 @@ pub fn run(config: &Config) -> Res<Section> {
     section.commands = vec![format!(
         "target/release/dlock-bench --only 2   # {CONNECTIONS} connections x batches of 16 pairs (or 1 command at a time), k = pair:<pipeline>:<case>:<round>:<connection>:<n>, o = owner-<connection>"
     )];
-    for op in [Op::DlockPair, Op::SetNxDel, Op::SetNxCad, Op::LuaPair] {
+    for op in [
+        Op::DlockPair,
+        Op::FloorPair,
+        Op::SetNxDel,
+        Op::SetNxCad,
+        Op::LuaPair,
+    ] {
         section.commands.push(format!("#   {}", op.commands()));
     }
     Ok(section)

@@ -40,7 +40,9 @@ struct Run {
 
 /// Runs the scenario; also returns the server command line for the report.
 pub fn run(config: &Config) -> Res<(Section, String)> {
-    let server = Server::start(config, &[])?;
+    let floor = config.floor_args();
+    let floor: Vec<&str> = floor.iter().map(String::as_str).collect();
+    let server = Server::start(config, &floor)?;
     let mut conn = server.conn()?;
     let scripts = Scripts::load(&mut conn)?;
     let designs = [
@@ -195,10 +197,11 @@ fn interleaved_runs(
     server: &Server,
     scripts: &Scripts,
 ) -> Res<(Table, Vec<Target>, Vec<String>)> {
-    const OPS: [(Op, &str); 3] = [
+    const OPS: [(Op, &str); 4] = [
         (Op::Acquire, "DLOCK.ACQUIRE"),
         (Op::SetNx, "SET NX PX"),
         (Op::LuaAcquire, "EVALSHA re-entrant lock"),
+        (Op::FloorAcquire, "FLOOR.ACQUIRE (floor module)"),
     ];
     let cases: Vec<Case> = OPS
         .iter()
@@ -214,7 +217,9 @@ fn interleaved_runs(
              for every acquire, every reply checked; the designs take turns in slices of \
              {} ms, all connections switching together, {} rounds (the starting design \
              rotating, the keyspace flushed after every slice); ratios are medians of the \
-             per-round ratios.",
+             per-round ratios. FLOOR.ACQUIRE is the floor module's (`bench/floor`, loaded \
+             beside dlock): the Redis calls of an ACQUIRE of a new key and nothing else, \
+             the least any module lock can cost on this Redis.",
             load::SLICE.as_millis(),
             config.pick(10, 150),
         ),
@@ -225,6 +230,7 @@ fn interleaved_runs(
             "vs SET NX PX",
             "middle half of the per-round ratios",
             "vs EVALSHA",
+            "vs FLOOR.ACQUIRE",
         ],
     );
     let mut targets = Vec::new();
@@ -244,6 +250,7 @@ fn interleaved_runs(
                 times(rates.ratio(index, 1)),
                 rates.ratio_spread(index, 1),
                 times(rates.ratio(index, 2)),
+                times(rates.ratio(index, 3)),
             ]);
         }
         if pipeline == 16 {
@@ -256,6 +263,14 @@ fn interleaved_runs(
                 "acquire throughput, pipeline 16: DLOCK.ACQUIRE / EVALSHA lock (issue 15; interleaved)",
                 rates.ratio(0, 2),
                 2.0,
+            ));
+            targets.push(Target::context(
+                "acquire throughput, pipeline 16: FLOOR.ACQUIRE / SET NX PX (the module API's ceiling)",
+                rates.ratio(3, 1),
+            ));
+            targets.push(Target::context(
+                "acquire throughput, pipeline 16: DLOCK.ACQUIRE / FLOOR.ACQUIRE (dlock's own code)",
+                rates.ratio(0, 3),
             ));
         }
     }
