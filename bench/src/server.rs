@@ -248,12 +248,13 @@ fn base_args(
 fn shown_args(config: &Config, extra: &[&str], with_module: bool) -> Vec<String> {
     let root = crate::repo_root();
     let mut args = base_args(config, "PORT", "DIR", extra, with_module);
-    if let Ok(relative) = config.module.strip_prefix(&root) {
-        if let Some(module) = args
-            .iter_mut()
-            .find(|a| **a == config.module.display().to_string())
-        {
-            *module = relative.display().to_string();
+    // Module paths inside the work tree are shown relative to it.
+    for path in [&config.module, &config.floor_module] {
+        if let Ok(relative) = path.strip_prefix(&root) {
+            let shown = path.display().to_string();
+            if let Some(module) = args.iter_mut().find(|a| **a == shown) {
+                *module = relative.display().to_string();
+            }
         }
     }
     args
