@@ -17,7 +17,9 @@
 //! (default `target/release/libdlock_floor.so`, the `bench/floor` crate)
 //! the floor module of scenarios 1 and 2; `DLOCK_BENCH_TRACE`
 //! (any value) prints every round's rates of the interleaved comparisons
-//! (scenarios 1, 2, 8 and 15) to stderr. Scenario 15 runs only when named
+//! (scenarios 1, 2, 8 and 15) and every lease-expiry round of dlock's
+//! (scenario 5: when the grant was made and when it was received) to
+//! stderr. Scenario 15 runs only when named
 //! in `--only`: it compares the module against the build at
 //! `DLOCK_MODULE_B`, for work on the module's speed.
 //!

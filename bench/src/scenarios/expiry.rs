@@ -311,6 +311,7 @@ pub fn run(config: &Config) -> Res<Section> {
     // Each round: the three designs, the two release hand-offs and one bare
     // timer wake-up, rotating.
     let kinds = Design::ALL.len() + 3;
+    let trace = std::env::var_os("DLOCK_BENCH_TRACE").is_some();
     for r in 0..rounds {
         for k in 0..kinds {
             let index = (r + k) % kinds;
@@ -338,6 +339,15 @@ pub fn run(config: &Config) -> Res<Section> {
             let delay = round(Design::ALL[index], &mut clients, &scripts, &key)?;
             delays[index].push(delay.received);
             grants.extend(delay.granted);
+            if trace && Design::ALL[index] == Design::Block {
+                // Each round's two parts, to tell the server's lateness
+                // (grant made) from the waiter's (grant received).
+                let made = delay.granted.map_or(f64::NAN, |granted| granted - 1.0);
+                eprintln!(
+                    "expiry round {r}: lease end -> grant made {made:.3} ms, -> grant received {:.3} ms",
+                    delay.received - 1.0
+                );
+            }
         }
     }
     let p = |d: usize, q: f64| percentile(&delays[d], q);
