@@ -457,3 +457,70 @@ fn every_bad_input_gets_its_error_and_changes_nothing() {
     assert_eq!(keys, vec!["k".to_string()], "no error created a key");
     assert!(!server.log().contains("panicked"), "a panic was logged");
 }
+
+/// Whether the server hands modules the time of the running command
+/// (`RedisModule_CachedMicroseconds`: Redis 7.2 and later, Valkey).
+fn offers_command_time(conn: &mut redis::Connection) -> bool {
+    let server: String = redis::cmd("INFO")
+        .arg("server")
+        .query(conn)
+        .expect("INFO server");
+    let field = |name: &str| {
+        server
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    if field("valkey_version").is_some() {
+        return true;
+    }
+    let version: Vec<u32> = field("redis_version")
+        .unwrap_or("0")
+        .split('.')
+        .map(|part| part.parse().unwrap_or(0))
+        .collect();
+    version.as_slice() >= [7, 2].as_slice()
+}
+
+/// Leases start at the command's time where the server offers modules one,
+/// the instant Redis itself judges key expiry and `SET .. PX` by; on Redis
+/// 7.0 at the wall clock as the command runs. A transaction shows which:
+/// its commands share one command time, while 3 ms pass inside it.
+#[test]
+fn leases_start_at_the_command_time_where_the_server_offers_one() {
+    let server = Server::with_args(&["--enable-debug-command", "yes"]);
+    let mut conn = server.connect();
+    let _: Vec<redis::Value> = redis::pipe()
+        .atomic()
+        .cmd("DLOCK.ACQUIRE")
+        .arg("first")
+        .arg("owner")
+        .arg(60_000)
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.003")
+        .cmd("SET")
+        .arg("plain")
+        .arg("v")
+        .arg("PX")
+        .arg(60_000)
+        .cmd("DLOCK.ACQUIRE")
+        .arg("second")
+        .arg("owner")
+        .arg(60_000)
+        .query(&mut conn)
+        .expect("the transaction runs");
+    let first = pexpiretime(&mut conn, "first");
+    let plain = pexpiretime(&mut conn, "plain");
+    let second = pexpiretime(&mut conn, "second");
+    assert!(first > 0 && plain > 0 && second > 0);
+    if offers_command_time(&mut conn) {
+        assert_eq!(first, second, "one command time for the whole transaction");
+        assert_eq!(first, plain, "the same time as SET .. PX");
+    } else {
+        assert!(
+            second - first >= 3,
+            "the wall clock as each command runs: {first} then {second}"
+        );
+    }
+}

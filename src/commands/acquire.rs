@@ -140,7 +140,7 @@ impl<'a> Acquire<'a> {
         };
         orphans::adopt_orphans_at(ctx, name, &mut key);
         // The clock, read once: leases and the token floor.
-        let now_us = clock::now_us();
+        let now_us = clock::command_now_us();
         let now_ms = now_us / 1_000;
         // The grace window defers new holds: as if the lock were held.
         let window = grace::window(now_ms);
@@ -315,7 +315,7 @@ fn acquire_new(
     owner: &[u8],
     ttl_ms: u64,
 ) -> CommandResult {
-    let now_us = clock::now_us();
+    let now_us = clock::command_now_us();
     let request = Request {
         owner,
         ttl_ms,

@@ -41,7 +41,7 @@ impl<'a> Renew<'a> {
         crate::redis::grace::check_lease(self.ttl_ms)?;
         let mut key = ctx.open_lock(name, true)?;
         // The clock, read once: leases and the token floor of hand-offs.
-        let now_us = clock::now_us();
+        let now_us = clock::command_now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
         let issue = keyspace::token_issuer(now_us);
         let mut step = keyspace::step_at(now_us, &issue);
