@@ -72,6 +72,19 @@ pub struct Config {
     pub cores: usize,
 }
 
+/// A module's path: `$var` if set, else `default` under the work tree; an
+/// error naming `build` (the command that makes it) when it is missing.
+fn module_path(root: &Path, var: &str, default: &str, build: &str) -> Res<PathBuf> {
+    let path = match std::env::var(var) {
+        Ok(path) => PathBuf::from(path),
+        Err(_) => root.join(default),
+    };
+    if !path.exists() {
+        bail!("{} is missing: run {build} first", path.display());
+    }
+    Ok(path)
+}
+
 impl Config {
     fn from_args() -> Res<Config> {
         let root = repo_root();
@@ -121,26 +134,18 @@ impl Config {
                 root.join("docs/benchmarks-contention.svg")
             }
         });
-        let module = match std::env::var("DLOCK_MODULE") {
-            Ok(path) => PathBuf::from(path),
-            Err(_) => root.join("target/release/libdlock.so"),
-        };
-        if !module.exists() {
-            bail!(
-                "{} is missing: run `cargo build --release` (or `make build`) first",
-                module.display()
-            );
-        }
-        let floor_module = match std::env::var("DLOCK_FLOOR_MODULE") {
-            Ok(path) => PathBuf::from(path),
-            Err(_) => root.join("target/release/libdlock_floor.so"),
-        };
-        if !floor_module.exists() {
-            bail!(
-                "{} is missing: run `cargo build --release -p dlock-floor` (or `make bench`) first",
-                floor_module.display()
-            );
-        }
+        let module = module_path(
+            &root,
+            "DLOCK_MODULE",
+            "target/release/libdlock.so",
+            "`cargo build --release` (or `make build`)",
+        )?;
+        let floor_module = module_path(
+            &root,
+            "DLOCK_FLOOR_MODULE",
+            "target/release/libdlock_floor.so",
+            "`cargo build --release -p dlock-floor` (or `make bench`)",
+        )?;
         let cores = count_cores();
         let (server_cpu, client_cpu) = if pin && cores >= 2 {
             (Some(0), Some(1))

@@ -139,7 +139,7 @@ impl<'a> Acquire<'a> {
             want: self.want,
         };
         orphans::adopt_orphans_at(ctx, name, &mut key);
-        // The clock, read once: leases and the token floor.
+        // The command's time, taken once: leases and the token floor.
         let now_us = clock::command_now_us();
         let now_ms = now_us / 1_000;
         // The grace window defers new holds: as if the lock were held.

@@ -48,7 +48,7 @@ impl<'a> Release<'a> {
 
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
         let mut key = ctx.open_lock(name, true)?;
-        // The clock, read once: leases and the token floor of hand-offs.
+        // The command's time, taken once: leases and the token floor of hand-offs.
         let now_us = clock::command_now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
         // The owner's live hold was the lock's only one and nothing is

@@ -40,7 +40,7 @@ impl<'a> Renew<'a> {
     pub fn apply(self, ctx: Ctx, name: KeyName) -> CommandResult {
         crate::redis::grace::check_lease(self.ttl_ms)?;
         let mut key = ctx.open_lock(name, true)?;
-        // The clock, read once: leases and the token floor of hand-offs.
+        // The command's time, taken once: leases and the token floor of hand-offs.
         let now_us = clock::command_now_us();
         let lock = key.lock_mut().ok_or(CommandError::NotOwner)?;
         let issue = keyspace::token_issuer(now_us);

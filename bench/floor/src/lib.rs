@@ -73,6 +73,16 @@ unsafe fn bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
     std::slice::from_raw_parts(ptr.cast::<u8>(), len)
 }
 
+/// Opens key `name` for reading and writing (close it with
+/// `RedisModule_CloseKey`).
+unsafe fn open_for_write(
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+) -> *mut raw::RedisModuleKey {
+    let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
+    call!(RedisModule_OpenKey(ctx, name, mode)).cast::<raw::RedisModuleKey>()
+}
+
 unsafe fn error(ctx: *mut raw::RedisModuleCtx, message: &CStr) -> c_int {
     call!(RedisModule_ReplyWithError(ctx, message.as_ptr()))
 }
@@ -99,8 +109,7 @@ extern "C" fn acquire(
         {
             return error(ctx, c"ERR bad argument");
         }
-        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
-        let key = call!(RedisModule_OpenKey(ctx, *argv.add(1), mode)).cast::<raw::RedisModuleKey>();
+        let key = open_for_write(ctx, *argv.add(1));
         if call!(RedisModule_KeyType(key)) != raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
             call!(RedisModule_CloseKey(key));
             return call!(RedisModule_ReplyWithNull(ctx));
@@ -149,8 +158,7 @@ extern "C" fn release(
             return call!(RedisModule_WrongArity(ctx));
         }
         let owner = bytes(*argv.add(2));
-        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
-        let key = call!(RedisModule_OpenKey(ctx, *argv.add(1), mode)).cast::<raw::RedisModuleKey>();
+        let key = open_for_write(ctx, *argv.add(1));
         if call!(RedisModule_ModuleTypeGetType(key)) != FLOOR_TYPE {
             call!(RedisModule_CloseKey(key));
             return call!(RedisModule_ReplyWithLongLong(ctx, -1));
