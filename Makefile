@@ -39,7 +39,7 @@ test: build lint
 # docs/benchmarks.md): starts its own redis-server processes, pinned to core
 # 0 with the load on core 1, and rewrites docs/benchmarks.md and
 # docs/benchmarks-contention.svg (< 10 minutes), then the Rust client's
-# scenarios (client/benches/client.rs, docs/benchmarks-client.md, ~1
+# scenarios (clients/rust/benches/client.rs, docs/benchmarks-client.md, ~1
 # minute). QUICK=1 runs every scenario briefly (< 60 s) and writes its
 # report to a temporary file instead. Scenario 14 counts instructions
 # under valgrind's callgrind, installed on first use.
@@ -77,16 +77,6 @@ memcheck: build
 clean:
 	cargo clean
 
-# The Python client (python/, docs/clients.md#python): a virtual environment
-# under target/ with the package and its test extras, then pytest against
-# redis-server and Valkey (servers started by python/tests/conftest.py).
-PYVENV := target/python-venv
-.PHONY: python-test
-test: python-test
-python-test: build $(PYVENV)/.installed
-	cd python && DLOCK_VALKEY_SERVER="$$(../scripts/fetch-valkey.sh)" ../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider
-$(PYVENV)/.installed: python/pyproject.toml
-	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
-	$(PYVENV)/bin/python -m pip install --quiet --upgrade pip
-	$(PYVENV)/bin/python -m pip install --quiet -e 'python[test]'
-	touch $@
+# Each client's build and suite: clients/<lang>/client.mk adds its own
+# target to `test` (and to `bench` where it has one).
+include $(sort $(wildcard clients/*/client.mk))

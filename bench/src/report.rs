@@ -351,12 +351,15 @@ pub fn markdown(info: &RunInfo, sections: &[Section], svg_name: Option<&str>) ->
          two holders at once). A scenario whose commands the server does not have \
          is reported as not available and its goals as not run."
     );
-    if crate::repo_root().join("client/benches/client.rs").exists() {
+    if crate::repo_root()
+        .join("clients/rust/benches/client.rs")
+        .exists()
+    {
         let _ = writeln!(
             out,
             "\nThe Rust client's scenarios (acquire + release through `dlock-client` \
              against the raw commands, and the renewal cost of 10,000 guards) are \
-             measured by `client/benches/client.rs`, which `make bench` runs next, \
+             measured by `clients/rust/benches/client.rs`, which `make bench` runs next, \
              and reported in [benchmarks-client.md](benchmarks-client.md)."
         );
     }

@@ -28,15 +28,13 @@ pub fn module_path() -> PathBuf {
     match std::env::var("DLOCK_MODULE") {
         Ok(path) => PathBuf::from(path),
         Err(_) => {
-            // A workspace member that includes this file (client/) builds
-            // into the workspace's target directory, one level up.
+            // A workspace member that includes this file (clients/rust)
+            // builds into the workspace's target directory, further up.
             let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-            let own = here.join("target/release/libdlock.so");
-            if own.exists() {
-                own
-            } else {
-                here.join("../target/release/libdlock.so")
-            }
+            here.ancestors()
+                .map(|dir| dir.join("target/release/libdlock.so"))
+                .find(|candidate| candidate.exists())
+                .unwrap_or_else(|| here.join("target/release/libdlock.so"))
         }
     }
 }

@@ -26,7 +26,7 @@ import redis
 from dlock._core import parse_info
 from dlock._sync import call_on_own_connection
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PATIENCE = 20.0
 
 

@@ -3,7 +3,7 @@
 //! blocking wait and its cancellation routed to the right node, and a
 //! multi-lock whose keys share a slot.
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;
 

@@ -2,7 +2,7 @@
 //! detection, release on drop, cancellation, blocking waits beside renewals,
 //! fencing under contention and replication safety.
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;
 

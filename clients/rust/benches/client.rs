@@ -12,7 +12,7 @@
 //! docs/benchmarks-client.md, or with `--quick` (or QUICK=1) runs briefly
 //! and writes its report to a temporary file.
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::fmt::Write as _;
@@ -155,7 +155,7 @@ fn main() {
     let _ = writeln!(report, "# Client benchmarks\n");
     let _ = writeln!(
         report,
-        "Written by `make bench` (client/benches/client.rs){}. One redis-server \
+        "Written by `make bench` (clients/rust/benches/client.rs){}. One redis-server \
          7.0 with the module, the client on a 2-thread tokio runtime.\n",
         if settings.quick { ", quick run" } else { "" }
     );
