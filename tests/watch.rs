@@ -471,3 +471,39 @@ fn command_info_declares_a_read_only_blocking_command() {
         Value::Array(vec![Value::BulkString(b"lead".to_vec())])
     );
 }
+
+#[test]
+fn session_close_move_and_swapdb_wake_it() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    // The holder's SESSION connection closes: its hold ends.
+    let mut holder = server.connect();
+    let (token, _, _) = grant(
+        cmd(
+            &mut holder,
+            &["DLOCK.ACQUIRE", "job", "alice", "60000", "SESSION"],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let watcher = spawn_watch(&server, "job", token);
+    wait_for_watchers(&mut conn, 1);
+    drop(holder);
+    assert_eq!(answer(watcher), FREE);
+
+    // MOVE to another database: the source loses it, the target gains it.
+    let (token, _, _) = acquire(&mut conn, "job", "alice", 60_000).unwrap();
+    let source = spawn_watch(&server, "job", token);
+    let target = spawn_command_in_db(&server, 1, &["DLOCK.WATCH", "job", "0", "0"]);
+    wait_for_watchers(&mut conn, 2);
+    assert_eq!(int(&mut conn, &["MOVE", "job", "1"]), 1);
+    assert_eq!(answer(source), FREE);
+    assert_held(answer(target), token, "alice", 60_000);
+
+    // SWAPDB brings it back under database 0.
+    let swapped = spawn_watch(&server, "job", 0);
+    wait_for_watchers(&mut conn, 1);
+    cmd(&mut conn, &["SWAPDB", "0", "1"]).unwrap();
+    assert_held(answer(swapped), token, "alice", 60_000);
+    assert_eq!(watchers(&mut conn), 0);
+}
