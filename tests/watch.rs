@@ -507,3 +507,23 @@ fn session_close_move_and_swapdb_wake_it() {
     assert_held(answer(swapped), token, "alice", 60_000);
     assert_eq!(watchers(&mut conn), 0);
 }
+
+#[test]
+fn a_promoted_replica_ends_the_leases_its_watchers_wait_on() {
+    let master = Server::start();
+    let replica = replica_of(&master, &["--enable-debug-command", "yes"]);
+    let mut conn = master.connect();
+    let mut on_replica = replica.connect();
+    // Only the module's timer may end the lease on the promoted replica.
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(&mut on_replica)
+        .unwrap();
+    let (token, _, _) = acquire(&mut conn, "lead", "leader", 2_000).unwrap();
+    wait_for_replica(&mut conn);
+    let follower = spawn_watch(&replica, "lead", token);
+    wait_for_watchers(&mut on_replica, 1);
+    cmd(&mut on_replica, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert_eq!(answer(follower), FREE);
+}
