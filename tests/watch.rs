@@ -470,6 +470,24 @@ fn command_info_declares_a_read_only_blocking_command() {
         keys,
         Value::Array(vec![Value::BulkString(b"lead".to_vec())])
     );
+    let docs = format!(
+        "{:?}",
+        cmd(&mut conn, &["COMMAND", "DOCS", "dlock.watch"]).unwrap()
+    );
+    for word in ["summary", "complexity", "key", "token", "timeout"] {
+        assert!(docs.contains(word), "COMMAND DOCS lacks {word}: {docs}");
+    }
+    // A read-only ACL user may watch, and may not acquire.
+    cmd(
+        &mut conn,
+        &["ACL", "SETUSER", "reader", "on", ">pw", "%R~*", "+@all"],
+    )
+    .unwrap();
+    let mut reader = server.connect();
+    cmd(&mut reader, &["AUTH", "reader", "pw"]).unwrap();
+    assert_eq!(watch(&mut reader, "lead", 1, 0), FREE);
+    let error = error_of(&mut reader, &["DLOCK.ACQUIRE", "lead", "me", "1000"]);
+    assert!(error.starts_with("NOPERM"), "{error}");
 }
 
 #[test]
