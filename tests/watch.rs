@@ -545,3 +545,47 @@ fn a_promoted_replica_ends_the_leases_its_watchers_wait_on() {
     cmd(&mut on_replica, &["REPLICAOF", "NO", "ONE"]).unwrap();
     assert_eq!(answer(follower), FREE);
 }
+
+#[test]
+fn batch_grants_and_multi_key_grants_wake_it() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    // A writer's release grants two queued readers in one step: the watcher
+    // is told the newer of the two.
+    let (token, _, _) = acquire(&mut conn, "doc", "writer", 60_000).unwrap();
+    let mut readers = Vec::new();
+    for (queued, owner) in ["r1", "r2"].into_iter().enumerate() {
+        readers.push(spawn_command(
+            &server,
+            &[
+                "DLOCK.ACQUIRE",
+                "doc",
+                owner,
+                "60000",
+                "SHARED",
+                "BLOCK",
+                "0",
+            ],
+        ));
+        wait_for_waiting(&mut conn, "doc", queued as i64 + 1);
+    }
+    let watcher = spawn_watch(&server, "doc", token);
+    wait_for_watchers(&mut conn, 1);
+    assert_eq!(release(&mut conn, "doc", "writer"), 0);
+    let granted: Vec<i64> = readers.into_iter().map(|r| r.granted().0 .0).collect();
+    let newest = *granted.iter().max().unwrap();
+    assert_held(answer(watcher), newest, "r2", 60_000);
+
+    // A multi-key grant answers the watchers of every key.
+    let first = spawn_watch(&server, "{m}a", 0);
+    let second = spawn_watch(&server, "{m}b", 0);
+    wait_for_watchers(&mut conn, 2);
+    let reply = cmd(
+        &mut conn,
+        &["DLOCK.MACQUIRE", "2", "{m}a", "{m}b", "both", "60000"],
+    )
+    .unwrap();
+    assert!(matches!(reply, Value::Array(_)), "{reply:?}");
+    assert_eq!(answer(first).unwrap().1.as_deref(), Some(&b"both"[..]));
+    assert_eq!(answer(second).unwrap().1.as_deref(), Some(&b"both"[..]));
+}
