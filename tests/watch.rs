@@ -149,7 +149,7 @@ fn grant_release_expiry_and_handoff_wake_it_but_reentry_and_renew_do_not() {
 fn the_end_of_a_lease_wakes_it_with_no_command_touching_the_key() {
     // Without Redis's active expiry only the module's timer ends a lease.
     let (server, mut conn) = server_without_active_expiry();
-    let (token, _, _) = acquire(&mut conn, "short", "carol", 300).unwrap();
+    let (token, _, _) = acquire(&mut conn, "short", "carol", 1_000).unwrap();
     let watcher = spawn_watch(&server, "short", token);
     assert_eq!(answer(watcher), FREE);
     assert_eq!(wakeups(&mut conn), 1);
@@ -161,18 +161,21 @@ fn the_end_of_a_lease_wakes_it_with_no_command_touching_the_key() {
     let (newer, _, _) = read(&mut conn, "brief", "300");
     let watcher = spawn_watch(&server, "doc", newer);
     assert_held(answer(watcher), older, "long", 60_000);
-    // A RENEW moves the end of the newest lease: the watcher waits for it.
-    let (token, _, _) = acquire(&mut conn, "renewed", "dave", 300).unwrap();
+    // A RENEW moves the end of the newest lease: the watcher waits for the
+    // new end, not the first.
+    let (token, _, _) = acquire(&mut conn, "renewed", "dave", 1_000).unwrap();
+    let first_end = pexpiretime(&mut conn, "renewed");
     let watcher = spawn_watch(&server, "renewed", token);
     wait_for_watchers(&mut conn, 1);
     assert_eq!(
-        int(&mut conn, &["DLOCK.RENEW", "renewed", "dave", "900"]),
+        int(&mut conn, &["DLOCK.RENEW", "renewed", "dave", "2000"]),
         token
     );
     wait_until("the first lease's end has passed", || {
-        pexpiretime(&mut conn, "renewed") < now_ms() + 500
+        now_ms() > first_end + 100
     });
-    assert!(!watcher.is_finished(), "renewed: still the same holder");
+    assert_eq!(watchers(&mut conn), 1, "renewed: still the same holder");
+    assert!(!watcher.is_finished());
     assert_eq!(answer(watcher), FREE);
 }
 
