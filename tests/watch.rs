@@ -592,3 +592,30 @@ fn batch_grants_and_multi_key_grants_wake_it() {
     assert_eq!(answer(first).unwrap().1.as_deref(), Some(&b"both"[..]));
     assert_eq!(answer(second).unwrap().1.as_deref(), Some(&b"both"[..]));
 }
+
+#[test]
+fn another_type_arriving_at_a_watched_key_is_no_holder() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let watcher = spawn_watch(&server, "job", 0);
+    wait_for_watchers(&mut conn, 1);
+    // A latch, then a string, at the watched key; the lock commands that
+    // meet them fail with WRONGTYPE and the watcher waits on.
+    assert_eq!(int(&mut conn, &["DLOCK.LATCH", "job", "2", "60000"]), 1);
+    for args in [
+        &["DLOCK.ACQUIRE", "job", "alice", "60000"][..],
+        &["DLOCK.RELEASE", "job", "alice"],
+        &["DLOCK.ACQUIRE", "job", "alice", "60000", "SHARED"],
+    ] {
+        assert!(error_of(&mut conn, args).starts_with("WRONGTYPE"));
+    }
+    cmd(&mut conn, &["SET", "job", "v"]).unwrap();
+    assert!(
+        error_of(&mut conn, &["DLOCK.ACQUIRE", "job", "alice", "60000"]).starts_with("WRONGTYPE")
+    );
+    cmd(&mut conn, &["RENAME", "job", "job2"]).unwrap();
+    assert_eq!(watchers(&mut conn), 1);
+    assert!(!watcher.is_finished());
+    let (token, _, _) = acquire(&mut conn, "job", "alice", 60_000).unwrap();
+    assert_held(answer(watcher), token, "alice", 60_000);
+}
