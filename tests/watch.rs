@@ -1,9 +1,12 @@
 //! `DLOCK.WATCH key token timeout`: waiting for a change of a lock's newest
 //! token without taking the lock (leader election). Replies at once when
-//! the token differs; otherwise blocks until a grant, a release, an expiry,
-//! DEL, FLUSHALL, RENAME or a replicated change; null at its timeout and on
-//! CLIENT UNBLOCK; never blocks inside MULTI or scripts; WRONGTYPE on other
-//! types; and every error changes nothing.
+//! the token differs; otherwise blocks until a grant (at once, by hand-off,
+//! batch or multi-key), a release, a SESSION close, a lease's end, DEL,
+//! FLUSHALL, RENAME, MOVE, SWAPDB, RESTORE, eviction or a replicated change,
+//! and answers every watcher of the key together; a re-entry, a RENEW or an
+//! older holder's change wakes nobody; null at its timeout and on CLIENT
+//! UNBLOCK; never blocks inside MULTI or scripts; works on replicas and in a
+//! grace window; WRONGTYPE on other types; and every error changes nothing.
 
 mod common;
 
