@@ -370,6 +370,14 @@ fn run() -> Res<()> {
         step("14: instructions per command (callgrind)");
         sections.push(scenarios::instructions::run(&config)?);
     }
+    if config.wants(16) {
+        step("16: weighted semaphore");
+        sections.push(scenarios::weighted::run(&config)?);
+    }
+    if config.wants(17) {
+        step("17: leader change");
+        sections.push(scenarios::leader::run(&config)?);
+    }
     // Scenario 15 is a tool for work on the module, never part of a full run.
     if config.only.as_ref().is_some_and(|only| only.contains(&15)) {
         step("15: this build of the module against another (DLOCK_MODULE_B)");

@@ -31,7 +31,10 @@ const AWAIT_MS: &str = "30000";
 const SPIN: Duration = Duration::from_millis(50);
 /// PINGs timed on the control connection in each round.
 const PINGS: usize = 5;
-const TARGET: &str = "latch: last awaiter's reply after the last count-down, dlock / RCountDownLatch's algorithm (issue 12)";
+const TARGET: &str = "latch: last awaiter's reply after the last count-down, dlock / RCountDownLatch's algorithm (goal of issue 27)";
+/// Issue 27's goal for TARGET: the fan-out both designs share is the floor
+/// (see the note the report prints), so the saving is Redisson's GET phase.
+const GOAL: f64 = 0.7;
 const TITLE: &str = "Count-down latch: 64 awaiters woken by the last count-down";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -55,6 +58,9 @@ struct Timing {
     /// One PING round trip on the control connection just before the last
     /// count-down (median of a few): the floor of any design.
     ping: f64,
+    /// Requests the server received from the last count-down on: that
+    /// count-down and every GET an awaiter sent after its message.
+    requests: usize,
 }
 
 /// The zero-count message of RedissonCountDownLatch (CountDownLatchPubSub).
@@ -239,6 +245,7 @@ fn round(server: &Server, scripts: &Scripts, design: Design, key: &str) -> Res<T
         first_message: (!messages.is_empty()).then(|| percentile(&messages, 0.0)),
         fanout: (!messages.is_empty()).then(|| percentile(&messages, 100.0)),
         ping: median(&pings),
+        requests: 1 + messages.len(),
     })
 }
 
@@ -267,7 +274,7 @@ pub fn run(config: &Config) -> Res<Section> {
             12,
             TITLE,
             "this server has no DLOCK.LATCH / DLOCK.COUNTDOWN / DLOCK.AWAIT yet (issue 12)",
-            &[(TARGET, "<= 0.10x")],
+            &[(TARGET, "<= 0.70x")],
         ));
     }
     let scripts = Scripts::load(&mut conn)?;
@@ -387,10 +394,33 @@ pub fn run(config: &Config) -> Res<Section> {
         format!("{dlock_last:.3} ms"),
     ]);
     section.tables.push(parts);
+    let mut requests = Table::new(
+        "Server requests per opening (from the last count-down to every awaiter's answer)",
+        &["design", "requests", "what they are"],
+    );
+    let most_requests = |d: usize| {
+        timings[d]
+            .iter()
+            .map(|t| t.requests)
+            .max()
+            .unwrap_or(0)
+            .to_string()
+    };
+    requests.row(vec![
+        "dlock".into(),
+        most_requests(0),
+        "the last `DLOCK.COUNTDOWN` (the awaiters were answered by the server)".into(),
+    ]);
+    requests.row(vec![
+        "RCountDownLatch's algorithm".into(),
+        most_requests(1),
+        format!("the count-down script, then one `GET` per awaiter ({AWAITERS})"),
+    ]);
+    section.tables.push(requests);
     section.targets.push(Target::at_most(
         TARGET,
         ratio(dlock_last, redisson_last),
-        0.1,
+        GOAL,
     ));
     section.notes.push(format!(
         "The floor on this machine. Waking {AWAITERS} awaiters on {AWAITERS} connections \
@@ -407,7 +437,7 @@ pub fn run(config: &Config) -> Res<Section> {
          {AWAITERS} GETs ({get_phase:.3} ms, {} the first phase): as many requests read \
          and replies written and read again. The least ratio this scenario can show is \
          therefore about {fanout:.3} / {redisson_last:.3} = {}: the goal of 0.10x would \
-         need Redisson's GETs to cost nine times its fan-out.",
+         need Redisson's GETs to cost nine times its fan-out, which is why issue 27 set the goal at 0.70x.",
         dlock_first - first_message,
         times(ratio(get_phase, fanout)),
         times(floor)

@@ -6,6 +6,7 @@ pub mod contention;
 pub mod expiry;
 pub mod instructions;
 pub mod latch;
+pub mod leader;
 pub mod load;
 pub mod memory;
 pub mod multikey;
@@ -15,6 +16,7 @@ pub mod shared;
 pub mod shared_release;
 pub mod tax;
 pub mod throughput;
+pub mod weighted;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
