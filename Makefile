@@ -33,7 +33,7 @@ test: build lint
 	cargo test --release --lib
 	cargo test --release --doc
 	cargo test --release -p dlock-client
-	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory integration-suites
 	$(MAKE) --no-print-directory bench QUICK=1
 
 # The integration suites (tests/*.rs) against Redis 7.0 (Debian 12's
@@ -43,8 +43,14 @@ test: build lint
 # and each test starts its own on a free port in a directory of its own.
 # Each run's output goes to target/integration/<server>.log, printed when
 # it fails; its wall time is printed when it ends.
+# (`test` runs integration-suites without `build`: a `cargo build` between
+# two `cargo test`s rebuilds the module and every suite, as the cdylib of
+# the two builds has one file name.)
 INTEGRATION_SERVERS := redis7 redis8 valkey
+.PHONY: integration-suites
 integration: build
+	@$(MAKE) --no-print-directory integration-suites
+integration-suites:
 	cargo test --release --no-run --test '*'
 	@./scripts/fetch-redis8.sh >/dev/null
 	@./scripts/fetch-valkey.sh >/dev/null
