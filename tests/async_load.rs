@@ -149,6 +149,9 @@ struct AsyncLoad {
 fn start_async_load(short_lease_ms: u64) -> AsyncLoad {
     let master = master();
     let mut master_conn = master.connect();
+    // B's reservation must outlast the whole setup and load, which take
+    // seconds (more on a loaded machine) against the default 5 s.
+    config_set(&mut master_conn, "dlock.fair-reservation-ms", "60000");
     let (old_token, _, _) = acquire(&mut master_conn, "old", "A", 60_000).unwrap();
     acquire(&mut master_conn, "short", "A", short_lease_ms).unwrap();
     assert_eq!(fair(&mut master_conn, "old", "B", 60_000), None);

@@ -660,3 +660,53 @@ pub fn set_close_observer(observer: CloseObserver) {
 pub fn observe_closes(on: bool) {
     CLOSES_OBSERVED.store(on, Ordering::Relaxed);
 }
+
+/// Whether the server provides an API function: Redis fills in, at load,
+/// every pointer it knows and leaves the others null, so this tells which
+/// server-side features exist without trusting the version INFO reports
+/// (Valkey 9 reports `redis_version:7.2.4`).
+macro_rules! provides {
+    ($name:ident) => {{
+        // SAFETY: Redis writes these pointers once, in RedisModule_Init on
+        // the main thread before any callback; afterwards they are only read.
+        unsafe { raw::$name }.is_some()
+    }};
+}
+
+/// Creates the module's own ACL category `name` (`RedisModule_AddACLCategory`,
+/// Redis 7.4+, Valkey 8+; only during the module's load). `None` where the
+/// server lacks the API, else whether the server accepted the name.
+pub fn add_acl_category(ctx: *mut raw::RedisModuleCtx, name: &CStr) -> Option<bool> {
+    if !provides!(RedisModule_AddACLCategory) {
+        return None;
+    }
+    let status =
+        api!(RedisModule_AddACLCategory(ctx, name.as_ptr()) else raw::REDISMODULE_ERR as c_int);
+    Some(status == raw::REDISMODULE_OK as c_int)
+}
+
+/// Whether the server can give module commands ACL categories
+/// (`RedisModule_SetCommandACLCategories`: Redis 7.2+, Valkey).
+pub fn offers_command_acl_categories() -> bool {
+    provides!(RedisModule_SetCommandACLCategories)
+}
+
+/// Puts the command `name` (created already by this module) in the ACL
+/// `categories`, a space-separated list (only during the module's load).
+/// `None` where the server lacks the API, else whether the server accepted
+/// the command and every category.
+pub fn set_command_acl_categories(
+    ctx: *mut raw::RedisModuleCtx,
+    name: &CStr,
+    categories: &CStr,
+) -> Option<bool> {
+    if !offers_command_acl_categories() {
+        return None;
+    }
+    let command = api!(RedisModule_GetCommand(ctx, name.as_ptr()) else std::ptr::null_mut());
+    if command.is_null() {
+        return Some(false);
+    }
+    let status = api!(RedisModule_SetCommandACLCategories(command, categories.as_ptr()) else raw::REDISMODULE_ERR as c_int);
+    Some(status == raw::REDISMODULE_OK as c_int)
+}

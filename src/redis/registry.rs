@@ -4,13 +4,13 @@
 //! `catch_unwind` (a panic unwinding into Redis would abort the server), and
 //! turns a returned error into its error reply.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
 use redis_module::raw;
 
 use super::command_info;
-use super::ffi::{api, Argv, Ctx};
+use super::ffi::{self, api, Argv, Ctx};
 use crate::commands::{acquire, fair, info, release, renew, setstate, CommandResult};
 use crate::commands::{awaits, countdown, latch, latchstate, macquire, watch};
 
@@ -20,8 +20,18 @@ type Handler = fn(Ctx, &Argv<'_>) -> CommandResult;
 struct CommandSpec {
     name: &'static CStr,
     flags: &'static CStr,
+    /// Its ACL categories where the server has them (Redis 7.2+, Valkey),
+    /// the ones a Redis user expects from its flags: `write` or `read`,
+    /// `fast` (for the `fast` flag) or `slow`, and `blocking` for a command
+    /// that can block its client. The module's own category ([`CATEGORY`])
+    /// is added to every command where the server allows it.
+    acl: &'static CStr,
     entry: raw::RedisModuleCmdFunc,
 }
+
+/// The ACL category of every DLOCK command, where the server lets modules
+/// add categories (Redis 7.4+, Valkey 8+): `+@dlock` grants the module.
+const CATEGORY: &CStr = c"dlock";
 
 /// Defines an `extern "C"` entry point that dispatches to a handler.
 macro_rules! entry_point {
@@ -70,64 +80,77 @@ extern "C" fn macquire_entry(
     dispatch(ctx, argv, argc, macquire::run)
 }
 
-/// Every DLOCK command. Writers are `write deny-oom`; INFO is `readonly fast`.
-/// All take their key at position 1, so Cluster routes them and replicas
+/// Every DLOCK command. The writers that create state are `write deny-oom`;
+/// RELEASE and RENEW only free or extend what the caller holds, so, like
+/// `DEL` and `PEXPIRE`, memory pressure never refuses them (a holder must
+/// be able to give its lock back, and the next waiter to get it). INFO is
+/// `readonly fast`. All take their key at position 1, so Cluster routes them and replicas
 /// refuse the writers with READONLY.
 const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: c"dlock.acquire",
         flags: c"write deny-oom",
+        acl: c"write slow blocking",
         entry: Some(acquire_entry),
     },
     CommandSpec {
         name: c"dlock.fair",
         flags: c"write deny-oom",
+        acl: c"write slow",
         entry: Some(fair_entry),
     },
     CommandSpec {
         name: c"dlock.release",
-        flags: c"write deny-oom",
+        flags: c"write",
+        acl: c"write slow",
         entry: Some(release_entry),
     },
     CommandSpec {
         name: c"dlock.renew",
-        flags: c"write deny-oom",
+        flags: c"write",
+        acl: c"write slow",
         entry: Some(renew_entry),
     },
     CommandSpec {
         name: c"dlock.info",
         flags: c"readonly fast",
+        acl: c"read fast",
         entry: Some(info_entry),
     },
     CommandSpec {
         name: c"dlock.setstate",
         flags: c"write deny-oom",
+        acl: c"write slow",
         entry: Some(setstate_entry),
     },
 ];
 
 /// The count-down latch's commands. COUNTDOWN may only lower memory use and
-/// opens latches, so it is not `deny-oom`; AWAIT only reads (and blocks), so
+/// opens latches, so it is not `deny-oom` (as RELEASE); AWAIT only reads (and blocks), so
 /// it also runs on replicas, where a replicated opening answers it.
 const LATCH_COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: c"dlock.latch",
         flags: c"write deny-oom",
+        acl: c"write slow",
         entry: Some(latch_entry),
     },
     CommandSpec {
         name: c"dlock.countdown",
         flags: c"write",
+        acl: c"write slow",
         entry: Some(countdown_entry),
     },
     CommandSpec {
         name: c"dlock.await",
         flags: c"readonly",
+        acl: c"read slow blocking",
         entry: Some(await_entry),
     },
     CommandSpec {
         name: c"dlock.latchstate",
         flags: c"write deny-oom",
+        acl: c"write slow",
         entry: Some(latchstate_entry),
     },
 ];
@@ -139,6 +162,7 @@ const LATCH_COMMANDS: &[CommandSpec] = &[
 const WATCH_COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: c"dlock.watch",
     flags: c"readonly blocking",
+    acl: c"read slow blocking",
     entry: Some(watch_entry),
 }];
 
@@ -149,6 +173,7 @@ const WATCH_COMMANDS: &[CommandSpec] = &[CommandSpec {
 const MULTI_KEY_COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: c"dlock.macquire",
     flags: c"write deny-oom getkeys-api",
+    acl: c"write slow blocking",
     entry: Some(macquire_entry),
 }];
 
@@ -181,8 +206,8 @@ fn reply_failure(ctx: Ctx, outcome: std::thread::Result<CommandResult>) {
 }
 
 /// Registers every command; called from the module's OnLoad.
-pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CStr> {
-    let ctx = ctx.ctx;
+pub fn register_commands(module: &redis_module::Context) -> Result<(), &'static CStr> {
+    let ctx = module.ctx;
     for command in COMMANDS.iter().chain(LATCH_COMMANDS).chain(WATCH_COMMANDS) {
         let status = api!(RedisModule_CreateCommand(
             ctx,
@@ -223,6 +248,50 @@ pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CSt
     for info in command_info::MULTI_KEY_COMMAND_INFO {
         if !command_info::register_numkeys(ctx, info) {
             return Err(info.name);
+        }
+    }
+    set_acl_categories(module)
+}
+
+/// Puts every command in its ACL categories, and all in [`CATEGORY`], as
+/// far as the server allows; on a server without either API (Redis 7.0,
+/// 7.2 for [`CATEGORY`]) the commands load without them, as before.
+fn set_acl_categories(module: &redis_module::Context) -> Result<(), &'static CStr> {
+    let ctx = module.ctx;
+    if !ffi::offers_command_acl_categories() {
+        module.log_notice(
+            "dlock: this server has no RedisModule_SetCommandACLCategories (Redis before 7.2): \
+             the commands carry no ACL categories",
+        );
+        return Ok(());
+    }
+    let in_category = match ffi::add_acl_category(ctx, CATEGORY) {
+        Some(true) => true,
+        Some(false) => return Err(CATEGORY),
+        None => {
+            module.log_notice(
+                "dlock: this server has no RedisModule_AddACLCategory (Redis before 7.4, \
+                 Valkey before 8): no @dlock category",
+            );
+            false
+        }
+    };
+    for command in COMMANDS
+        .iter()
+        .chain(LATCH_COMMANDS)
+        .chain(MULTI_KEY_COMMANDS)
+        .chain(WATCH_COMMANDS)
+    {
+        let categories = if in_category {
+            let mut both = command.acl.to_bytes().to_vec();
+            both.push(b' ');
+            both.extend_from_slice(CATEGORY.to_bytes());
+            CString::new(both).map_err(|_| command.name)?
+        } else {
+            CString::from(command.acl)
+        };
+        if ffi::set_command_acl_categories(ctx, command.name, &categories) != Some(true) {
+            return Err(command.name);
         }
     }
     Ok(())
