@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::conn::{Blocking, Dedicated, Late};
-use crate::watchdog::{HoldState, Watch};
+use crate::watchdog::{judge, worse, HoldState, Renewed, Watch};
 use crate::{Client, Error, Result};
 
 /// The lease when none is set: 30 s, as Redisson's watchdog.
@@ -459,7 +459,13 @@ impl LockBuilder {
                 };
             }
         };
-        let guard = match self.granted(value, &owner, sent, None) {
+        // R3.2: the lease of a grant after a wait began when the server
+        // granted it, unknown to the client but no earlier than the reply
+        // was sent: count from when the reply was read, not from when the
+        // wait was sent (a wait longer than the lease would otherwise make
+        // the guard lost at once).
+        let granted_at = Instant::now();
+        let guard = match self.granted(value, &owner, granted_at, None) {
             Ok(guard) => guard,
             Err(error) => {
                 inner.pool.give_back(conn);
@@ -552,8 +558,10 @@ impl LockBuilder {
         let period = self
             .renew_every
             .unwrap_or_else(|| inner.config.renew_period(self.lease));
+        let tokens: Vec<u64> = grants.iter().map(|(token, _)| *token as u64).collect();
         let watch_id = inner.watchdog.watch(Watch {
             keys: keys.clone(),
+            tokens: Arc::new(tokens.clone()),
             owner: owner.clone(),
             lease: self.lease,
             margin: inner.config.margin_for(self.lease),
@@ -564,7 +572,7 @@ impl LockBuilder {
         Ok(Guard {
             client: self.client.clone(),
             keys,
-            tokens: grants.iter().map(|(token, _)| *token as u64).collect(),
+            tokens,
             holds: grants.first().map(|(_, holds)| *holds as u64).unwrap_or(0),
             owner,
             shared: self.shared,
@@ -788,6 +796,66 @@ impl Guard {
         }
     }
 
+    /// Renews the lease now, by hand, as the watchdog does: one
+    /// `DLOCK.RENEW` per key with the guard's lease. [`Error::Lost`] when
+    /// the guard is lost (docs/clients.md R3.4), including when this
+    /// renewal finds the lock gone or held under another token; a lost
+    /// guard never becomes held again.
+    ///
+    /// ```no_run
+    /// # async fn demo(dlock: dlock_client::Client) -> dlock_client::Result<()> {
+    /// let guard = dlock.lock("orders:42").acquire().await?;
+    /// guard.renew().await?; // Err(Error::Lost) once the lock is gone
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew(&self) -> Result<()> {
+        if !self.is_held() {
+            return Err(Error::Lost);
+        }
+        let ttl_ms = u64::try_from(self.lease.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut pipe = Pipeline::new();
+        pipe.ignore_errors();
+        for key in self.keys.iter() {
+            pipe.cmd("DLOCK.RENEW")
+                .arg(key.as_slice())
+                .arg(self.owner.as_slice())
+                .arg(ttl_ms);
+        }
+        let sent = Instant::now();
+        let replies = self.client.inner.shared.pipeline(&pipe).await?;
+        let mut outcome = Renewed::Yes;
+        let mut refusal = None;
+        for (index, reply) in replies.into_iter().enumerate() {
+            if let Value::ServerError(error) = &reply {
+                if refusal.is_none() && !matches!(error.code(), "NOTOWNER" | "WRONGTYPE") {
+                    refusal = Some(Error::from_server(
+                        error.code(),
+                        error.details().unwrap_or(""),
+                    ));
+                }
+            }
+            outcome = worse(outcome, judge(Some(reply), self.tokens.get(index).copied()));
+        }
+        let watchdog = &self.client.inner.watchdog;
+        match outcome {
+            Renewed::Lost => {
+                watchdog.lost(self.watch_id);
+                self.hold.mark_lost();
+                Err(Error::Lost)
+            }
+            _ if self.hold.is_lost() => Err(Error::Lost),
+            Renewed::Yes => {
+                watchdog.renewed(self.watch_id, sent);
+                Ok(())
+            }
+            Renewed::Retry => Err(refusal.unwrap_or_else(|| {
+                Error::UnexpectedReply("a renewal answered neither a token nor an error".into())
+            })),
+        }
+    }
+
     /// Releases the hold (one hold of each key, in its mode). A guard that
     /// was lost releases without error; `Error::NotOwner` means the lock was
     /// gone although the watchdog had not noticed yet.
@@ -878,5 +946,45 @@ async fn send_release(client: &Client, keys: &[Vec<u8>], owner: &[u8], shared: b
     match first_error {
         Some(error) => Err(error),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watchdog::{judge, Renewed};
+
+    /// R6.1: a token is an exact 64-bit integer, 2^63-1 included.
+    #[test]
+    fn a_grant_keeps_a_token_of_2_63_minus_1_exactly() {
+        let max = i64::MAX;
+        let grant = Value::Array(vec![
+            Value::Int(max),
+            Value::Int(1),
+            Value::BulkString(b"owner".to_vec()),
+        ]);
+        let (token, holds) = parse_grant(grant).expect("a grant");
+        assert_eq!(token as u64, 9_223_372_036_854_775_807);
+        assert_eq!(holds, 1);
+        assert!(matches!(
+            parse_grant(Value::Nil),
+            Err(Error::UnexpectedReply(_))
+        ));
+    }
+
+    /// R3.1: a renewal is good only when it replies the guard's own token.
+    #[test]
+    fn a_renewal_with_another_token_is_a_loss() {
+        let max = i64::MAX as u64;
+        assert!(matches!(
+            judge(Some(Value::Int(i64::MAX)), Some(max)),
+            Renewed::Yes
+        ));
+        assert!(matches!(
+            judge(Some(Value::Int(i64::MAX - 1)), Some(max)),
+            Renewed::Lost
+        ));
+        assert!(matches!(judge(Some(Value::Nil), Some(max)), Renewed::Lost));
+        assert!(matches!(judge(None, Some(max)), Renewed::Retry));
     }
 }
