@@ -213,7 +213,34 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn campaign(&self, value: impl AsRef<[u8]>) -> Result<Leadership> {
-        let value = value.as_ref();
+        self.campaign_with(value.as_ref(), None).await
+    }
+
+    /// [`campaign`](Election::campaign) for at most `wait`:
+    /// [`Error::Busy`] when another candidate still leads then.
+    /// `Duration::ZERO` does not wait at all (and leaves no place in the
+    /// queue).
+    ///
+    /// ```no_run
+    /// # async fn demo(dlock: dlock_client::Client) -> dlock_client::Result<()> {
+    /// use std::time::Duration;
+    /// let election = dlock.election("billing:leader");
+    /// match election.campaign_within("10.0.0.7:8080", Duration::ZERO).await {
+    ///     Ok(leadership) => println!("leading, term {}", leadership.term()),
+    ///     Err(dlock_client::Error::Busy) => println!("someone else leads"),
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn campaign_within(
+        &self,
+        value: impl AsRef<[u8]>,
+        wait: Duration,
+    ) -> Result<Leadership> {
+        self.campaign_with(value.as_ref(), Some(wait)).await
+    }
+
+    async fn campaign_with(&self, value: &[u8], wait: Option<Duration>) -> Result<Leadership> {
         if value.is_empty() || value.len() > MAX_VALUE_LEN {
             return Err(Error::InvalidArgument(format!(
                 "a campaign's value must be 1 to {MAX_VALUE_LEN} bytes"
@@ -224,8 +251,11 @@ impl Election {
             .client
             .lock(&self.key)
             .lease(self.lease)
-            .wait_forever()
             .unique_owner(owner);
+        request = match wait {
+            None => request.wait_forever(),
+            Some(wait) => request.wait(wait),
+        };
         if self.session {
             request = request.session();
         }

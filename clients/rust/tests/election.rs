@@ -92,6 +92,20 @@ async fn one_candidate_leads_the_other_waits_and_takes_over_on_resign() {
     assert_eq!(leader.term, first.term());
     assert!(leader.pttl.is_some_and(|pttl| pttl > Duration::ZERO));
 
+    // Without a wait, a second candidate is refused at once.
+    assert!(matches!(
+        election
+            .campaign_within("10.0.0.2:8080", Duration::ZERO)
+            .await,
+        Err(Error::Busy)
+    ));
+    assert!(matches!(
+        election
+            .campaign_within("10.0.0.2:8080", Duration::from_millis(50))
+            .await,
+        Err(Error::Busy)
+    ));
+    assert_eq!(common::waiting(&mut conn, "svc:leader"), 0);
     // A second candidate announcing the same value gets its own owner: it
     // queues instead of re-entering the first one's hold.
     let second = tokio::spawn({
