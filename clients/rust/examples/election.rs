@@ -59,8 +59,8 @@ async fn main() -> dlock_client::Result<()> {
     for candidate in candidates {
         candidate.await.expect("a candidate task")?;
     }
-    // Dropping the observer (here: aborting its task on a timeout) ends
-    // its wait on the server.
+    // The observer stops after the last resignation; dropping it (here, at
+    // the runtime's end) would also end its wait on the server.
     let _ = tokio::time::timeout(Duration::from_secs(2), watcher).await;
     Ok(())
 }
