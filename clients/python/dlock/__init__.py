@@ -9,7 +9,15 @@ election on a lock, and ``dlock.asyncio`` has the same classes for
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from ._core import DEFAULT_WATCHDOG_TIMEOUT, DeadlockError, LatchBrokenError, Leader, election_owner, election_value
+from ._core import (
+    DEFAULT_WATCHDOG_TIMEOUT,
+    DeadlockError,
+    LatchBrokenError,
+    Leader,
+    LockLostError,
+    election_owner,
+    election_value,
+)
 from ._sync import Election, Latch, Leadership, Lock, LostEvent, MultiLock, Observer, ReadLock, RWLock, Semaphore
 
 __all__ = [
@@ -22,6 +30,7 @@ __all__ = [
     "Leadership",
     "Lock",
     "LockError",
+    "LockLostError",
     "LockNotOwnedError",
     "LostEvent",
     "MultiLock",
