@@ -239,10 +239,10 @@ def test_weighted_permits_add_up_to_the_limit_in_fifo_order(server, r, key):
     assert one.acquire(blocking=False), "3 + 1 fits"
     one.release()
 
-    heavy = dlock.Semaphore(r, key, 4, weight=4, timeout=10)
+    heavy = dlock.Semaphore(r, key, 4, weight=4, timeout=10, thread_local=False)
     heavy_thread, heavy_result = in_thread(lambda: heavy.acquire(blocking_timeout=20))
     wait_until(lambda: waiting(r, key) == 1, what="the heavy request queued")
-    light = dlock.Semaphore(r, key, 4, weight=1, timeout=10)
+    light = dlock.Semaphore(r, key, 4, weight=1, timeout=10, thread_local=False)
     light_thread, light_result = in_thread(lambda: light.acquire(blocking_timeout=20))
     wait_until(lambda: waiting(r, key) == 2, what="the light request queued behind it")
     assert light_thread.is_alive(), "a light request does not pass the heavy head"
