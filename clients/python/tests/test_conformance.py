@@ -458,6 +458,12 @@ class Runner:
                 await task
             except (asyncio.CancelledError, StepError):
                 pass
+            guard = self.guards.get(name)
+            if guard is not None and not guard.released:
+                # The acquire finished before the cancel: the caller that
+                # cancels drops what it got (README, `cancel`).
+                guard.released = True
+                await guard.lock.release()
             return None
         if op == "latch_create":
             latch = dlock.asyncio.Latch(self.client(step), step["key"])
