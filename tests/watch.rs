@@ -1,9 +1,12 @@
 //! `DLOCK.WATCH key token timeout`: waiting for a change of a lock's newest
 //! token without taking the lock (leader election). Replies at once when
-//! the token differs; otherwise blocks until a grant, a release, an expiry,
-//! DEL, FLUSHALL, RENAME or a replicated change; null at its timeout and on
-//! CLIENT UNBLOCK; never blocks inside MULTI or scripts; WRONGTYPE on other
-//! types; and every error changes nothing.
+//! the token differs; otherwise blocks until a grant (at once, by hand-off,
+//! batch or multi-key), a release, a SESSION close, a lease's end, DEL,
+//! FLUSHALL, RENAME, MOVE, SWAPDB, RESTORE, eviction or a replicated change,
+//! and answers every watcher of the key together; a re-entry, a RENEW or an
+//! older holder's change wakes nobody; null at its timeout and on CLIENT
+//! UNBLOCK; never blocks inside MULTI or scripts; works on replicas and in a
+//! grace window; WRONGTYPE on other types; and every error changes nothing.
 
 mod common;
 
@@ -618,4 +621,27 @@ fn another_type_arriving_at_a_watched_key_is_no_holder() {
     assert!(!watcher.is_finished());
     let (token, _, _) = acquire(&mut conn, "job", "alice", 60_000).unwrap();
     assert_held(answer(watcher), token, "alice", 60_000);
+}
+
+#[test]
+fn eviction_wakes_it() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let (token, _, _) = acquire(&mut conn, "job", "holder", 60_000).unwrap();
+    let watcher = spawn_watch(&server, "job", token);
+    wait_for_watchers(&mut conn, 1);
+    // Filler without a ttl: under volatile-ttl the lock (which has one) is
+    // the only key Redis may evict.
+    let filler = "x".repeat(10_000);
+    for i in 0..200 {
+        cmd(&mut conn, &["SET", &format!("filler:{i}"), &filler]).unwrap();
+    }
+    config_set(&mut conn, "maxmemory-policy", "volatile-ttl");
+    let used = info_number(&mut conn, "memory", "used_memory");
+    config_set(&mut conn, "maxmemory", &(used / 2).to_string());
+    // A write makes Redis evict (it may also refuse it with OOM).
+    let _ = cmd(&mut conn, &["SET", "trigger", "1"]);
+    assert_eq!(answer(watcher), FREE);
+    assert_ne!(info_field(&mut conn, "stats", "evicted_keys"), "0");
+    config_set(&mut conn, "maxmemory", "0");
 }

@@ -7,7 +7,8 @@
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_long, c_longlong, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
@@ -644,11 +645,11 @@ pub type CloseObserver = fn(i32, &[u8], Option<&Lock>);
 /// state, a timer's hand-off or expiry, a SESSION closing) ends with the
 /// lock's key, opened for writing, being closed: the one place where
 /// `DLOCK.WATCH` learns of them all. Set once, from the module's init.
-static CLOSE_OBSERVER: std::sync::OnceLock<CloseObserver> = std::sync::OnceLock::new();
+static CLOSE_OBSERVER: OnceLock<CloseObserver> = OnceLock::new();
 
 /// Whether the observer is told at all: only while some client watches,
 /// so that closing a key costs one load otherwise.
-static CLOSES_OBSERVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static CLOSES_OBSERVED: AtomicBool = AtomicBool::new(false);
 
 /// Sets the observer of closing lock keys (once; later calls change nothing).
 pub fn set_close_observer(observer: CloseObserver) {

@@ -358,7 +358,7 @@ fn recheck(ctx: Ctx, key: &[u8]) {
     }
 }
 
-/// Rereads every watched key of the databases `dbs` selects (None: all).
+/// Rereads every watched key of the databases that `selects` accepts.
 fn recheck_where(ctx: Ctx, selects: impl Fn(i32) -> bool) {
     let places: Vec<(i32, Box<[u8]>)> = BY_KEY
         .try_with(|by_key| {
