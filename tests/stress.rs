@@ -1866,6 +1866,8 @@ impl ModeWorker {
             // read under their tokens.
             let mut fence = self.worker.shared.fences[hold.key].lock().unwrap();
             fence.observe(hold.token, &hold.owner);
+            drop(fence);
+            self.log.counters.reads += 1;
             return;
         }
         if hold.exclusive > 0 {
@@ -2299,6 +2301,9 @@ struct ModeFindings {
     /// The most permits (weights added up) certainly held on one key at
     /// one instant.
     most_permits: u64,
+    /// Instants at which several owners certainly held one key and one of
+    /// them more than one permit.
+    heavy_overlaps: u64,
 }
 
 impl ModeFindings {
@@ -2433,6 +2438,9 @@ fn check_modes(
                 owners.dedup_by_key(|(owner, _)| *owner);
                 let permits: u64 = owners.iter().map(|(_, weight)| weight).sum();
                 findings.most_permits = findings.most_permits.max(permits);
+                if owners.len() >= 2 && permits > owners.len() as u64 {
+                    findings.heavy_overlaps += 1;
+                }
                 if mode == Mode::Weighted && permits > limit_of(key) {
                     findings.flag(format!(
                         "{permits} permits held on {} (LIMIT {}) at {start}: {owners:?}",
@@ -2680,10 +2688,8 @@ fn a_weighted_semaphore_never_holds_more_permits_than_its_limit() {
         "checked against the largest LIMIT"
     );
     assert!(
-        findings.most_permits > findings.most_at_once as u64,
-        "some owner held more than one permit beside others: {} permits, {} owners",
-        findings.most_permits,
-        findings.most_at_once
+        findings.heavy_overlaps > 0,
+        "no owner ever held more than one permit beside another"
     );
 }
 
