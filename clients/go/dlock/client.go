@@ -528,7 +528,6 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 	return l, nil
 }
 
-
 // waitEnded is the error of a wait ended by ctx: it matches ctx.Err(), and
 // also ErrNotAcquired when the deadline passed.
 func waitEnded(key string, ctx context.Context) error {
