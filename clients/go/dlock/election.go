@@ -67,11 +67,21 @@ func (e *Election) Key() string { return e.key }
 // bytes), or ctx is done. The Lock it returns is the leadership: its Token
 // is the term, its Context is cancelled when leadership is lost.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
+	return e.campaign(ctx, value, true)
+}
+
+// TryCampaign leads only if nobody leads or waits now (ErrNotAcquired
+// otherwise).
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error) {
+	return e.campaign(ctx, value, false)
+}
+
+func (e *Election) campaign(ctx context.Context, value string, wait bool) (*Lock, error) {
 	if value == "" || len(value) > 479 {
 		return nil, errors.New("dlock: an election value is 1 to 479 bytes")
 	}
 	opts := append(append([]AcquireOption(nil), e.opts...), Owner(electionOwner(value)))
-	l, err := e.c.acquire(ctx, []string{e.key}, false, true, opts)
+	l, err := e.c.acquire(ctx, []string{e.key}, false, wait, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -44,25 +44,26 @@ func (l *Latch) CountDown(ctx context.Context, n int64) (int64, error) {
 	return left, nil
 }
 
-// Count returns the count left (0 when open or missing).
-func (l *Latch) Count(ctx context.Context) (int64, error) {
+// Count returns the count left; ok is false when the latch does not exist
+// (opened, expired, deleted or never created).
+func (l *Latch) Count(ctx context.Context) (count int64, ok bool, err error) {
 	v, err := l.c.run(ctx, true, "DLOCK.INFO", l.key)
 	if err != nil || v == nil {
-		return 0, err
+		return 0, false, err
 	}
 	switch m := v.(type) {
 	case map[any]any:
 		n, _ := m["count"].(int64)
-		return n, nil
+		return n, true, nil
 	case []any:
 		for i := 0; i+1 < len(m); i += 2 {
 			if m[i] == "count" {
 				n, _ := m[i+1].(int64)
-				return n, nil
+				return n, true, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("dlock: unexpected reply %v", v)
+	return 0, false, fmt.Errorf("dlock: unexpected reply %v", v)
 }
 
 // Await waits until the latch opens (nil, at once when it does not exist)

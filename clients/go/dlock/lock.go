@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 )
@@ -101,8 +100,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	if session != nil {
 		session()
 	}
-	if wasLost && errors.Is(err, ErrNotOwner) {
-		return nil
+	if wasLost {
+		return nil // the loss was reported already; the release was a courtesy
 	}
 	return err
 }

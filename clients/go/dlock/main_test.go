@@ -63,13 +63,21 @@ func freePort() int {
 // startServer starts bin with the module and extra arguments, and waits
 // until it answers PING.
 func startServer(name, bin string, extra ...string) (*server, error) {
+	return startServerOn(0, name, bin, extra...)
+}
+
+// startServerOn starts a server on port (a free port when 0).
+func startServerOn(fixedPort int, name, bin string, extra ...string) (*server, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		dir, err := os.MkdirTemp("", "dlock-go-"+name+"-")
 		if err != nil {
 			return nil, err
 		}
-		port := freePort()
+		port := fixedPort
+		if port == 0 {
+			port = freePort()
+		}
 		args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--logfile", "server.log", "--daemonize", "no", "--save", "", "--appendonly", "no",
 			"--loadmodule", modulePath()}, extra...)

@@ -174,7 +174,7 @@ func TestLatch(t *testing.T) {
 		if n, _ := l.CountDown(ctx, 1); n != 1 {
 			t.Fatalf("left %d", n)
 		}
-		if n, _ := l.Count(ctx); n != 1 {
+		if n, ok, _ := l.Count(ctx); n != 1 || !ok {
 			t.Fatalf("count %d", n)
 		}
 		if n, _ := l.CountDown(ctx, 1); n != 0 {
@@ -185,6 +185,9 @@ func TestLatch(t *testing.T) {
 		}
 		if err := l.Await(ctx); err != nil {
 			t.Fatalf("an open latch: %v", err)
+		}
+		if _, ok, _ := l.Count(ctx); ok {
+			t.Fatal("an open latch still exists")
 		}
 		// timeout, cancel and a latch that vanishes
 		l.Init(ctx, 1, time.Minute)

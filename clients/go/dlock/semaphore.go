@@ -63,21 +63,27 @@ func (s *Semaphore) AcquirePermit(ctx context.Context, n int64) (*Lock, error) {
 // TryAcquire takes n permits if they are free now and nobody waits, as
 // semaphore.Weighted.TryAcquire. A server error counts as a failure.
 func (s *Semaphore) TryAcquire(n int64) bool {
-	if n > s.size {
-		return false
-	}
-	l, err := s.c.acquire(context.Background(), []string{s.key}, false, false, s.options(n))
-	if err != nil {
-		return false
-	}
-	s.push(n, l)
-	return true
+	_, err := s.TryAcquirePermit(context.Background(), n)
+	return err == nil
 }
 
 func (s *Semaphore) push(n int64, l *Lock) {
 	s.mu.Lock()
 	s.held[n] = append(s.held[n], l)
 	s.mu.Unlock()
+}
+
+// TryAcquirePermit is TryAcquire returning the hold, or ErrNotAcquired.
+func (s *Semaphore) TryAcquirePermit(ctx context.Context, n int64) (*Lock, error) {
+	if n > s.size {
+		return nil, ErrNotAcquired
+	}
+	l, err := s.c.acquire(ctx, []string{s.key}, false, false, s.options(n))
+	if err != nil {
+		return nil, err
+	}
+	s.push(n, l)
+	return l, nil
 }
 
 // Release gives back n permits taken by one Acquire(n) of this Semaphore.
