@@ -419,7 +419,33 @@ func TestKilledServerLosesTheLockWithinTheLease(t *testing.T) {
 		if !errors.Is(l.Err(), dlock.ErrLockLost) {
 			t.Fatal(l.Err())
 		}
-		_ = sent
+		// The server's lease ends no earlier than sent+lease; the client's
+		// deadline is 15 ms before that (100 ms of slack for scheduling).
+		if elapsed := time.Since(sent); elapsed > lease+100*time.Millisecond {
+			t.Fatalf("lost %v after the send, after the lease of %v", elapsed, lease)
+		}
+	})
+}
+
+// Replicas(n) with fewer replicas: the grant is released and the error
+// says so.
+func TestReplicasNotConfirmed(t *testing.T) {
+	eachServer(t, func(t *testing.T, s *server) {
+		ctx := context.Background()
+		c, rdb := newClient(t, s)
+		k := key(t, "k")
+		_, err := c.TryAcquire(ctx, k, dlock.Replicas(1, 50*time.Millisecond))
+		if !errors.Is(err, dlock.ErrNotReplicated) {
+			t.Fatalf("err %v, want ErrNotReplicated", err)
+		}
+		if holders(t, rdb, k) != 0 {
+			t.Fatal("an unreplicated grant was kept")
+		}
+		l, err := c.TryAcquire(ctx, k, dlock.Replicas(0, 50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(ctx)
 	})
 }
 
