@@ -357,6 +357,14 @@ func (c *Client) releaseQuietly(keys []string, owner string, shared bool) {
 
 // release gives back one hold of every key (pipelined), never retried.
 func (c *Client) release(ctx context.Context, keys []string, owner string, shared bool) error {
+	if len(keys) == 1 {
+		args := []any{"DLOCK.RELEASE", keys[0], owner}
+		if shared {
+			args = append(args, "SHARED")
+		}
+		_, err := c.run(ctx, false, args...)
+		return err
+	}
 	cmds := make([]noRetryCmd, len(keys))
 	pipe := c.rdb.Pipeline()
 	for i, k := range keys {

@@ -40,6 +40,9 @@ type watchdog struct {
 	started bool
 	stopped bool
 	rounds  int64
+	// sleepUntil is when the loop wakes next by itself: a new lock due
+	// later needs no wake-up (a goroutine switch per acquire otherwise).
+	sleepUntil time.Time
 }
 
 func newWatchdog(c *Client) *watchdog {
@@ -65,8 +68,11 @@ func (w *watchdog) watch(l *Lock, anchor time.Time, renewNow bool) {
 		w.started = true
 		go w.loop()
 	}
+	wake := !l.wd.nextRenew.After(w.sleepUntil) || !l.wd.deadline.After(w.sleepUntil)
 	w.mu.Unlock()
-	w.poke()
+	if wake {
+		w.poke()
+	}
 }
 
 func (w *watchdog) unwatch(l *Lock) {
@@ -126,7 +132,9 @@ func (w *watchdog) loop() {
 				next = e.nextRenew
 			}
 		}
+		w.sleepUntil = next
 		if len(due) > 0 {
+			w.sleepUntil = now
 			// Take along every lock due within half its period.
 			for l := range w.locks {
 				e := &l.wd
