@@ -93,7 +93,7 @@ func transient(err error) bool {
 		return true // I/O
 	}
 	switch se.Code {
-	case "OOM", "READONLY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MOVED", "ASK":
+	case "OOM", "READONLY", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MOVED", "ASK":
 		return true
 	}
 	return false

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -81,9 +82,11 @@ func (l *Lock) Renew(ctx context.Context) error {
 	return l.c.wd.renewNow(ctx, l)
 }
 
-// Release gives the hold back and cancels the Context. It is idempotent:
-// later calls return nil. A lock already lost is still released on the
-// server (in case it kept the hold), without an error.
+// Release gives the hold back and cancels the Context (cause
+// ErrReleased). It is idempotent: later calls return nil. A lock already
+// lost is still released on the server (in case it kept the hold), without
+// an error. A NOTOWNER reply for a lock not known lost returns an error
+// matching ErrNotOwner and marks the lock lost (cause ErrLockLost).
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
@@ -95,7 +98,6 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	wasLost := l.ctx.Err() != nil
 	l.c.wd.unwatch(l)
-	l.cancel(ErrReleased)
 	err := l.c.release(ctx, l.keys, l.owner, l.shared)
 	if session != nil {
 		session()
@@ -103,6 +105,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	if wasLost {
 		return nil // the loss was reported already; the release was a courtesy
 	}
+	if errors.Is(err, ErrNotOwner) {
+		// The hold was gone before the watchdog noticed: a loss (R3.5).
+		l.lost()
+		return err
+	}
+	l.cancel(ErrReleased)
 	return err
 }
 

@@ -128,6 +128,15 @@ func TestOptions(t *testing.T) {
 		if holders(t, rdb, k) != 0 {
 			t.Fatal("session hold left")
 		}
+		// a release answered NOTOWNER: an error, and the lock counts as lost
+		gone, _ := c.TryAcquire(ctx, k)
+		rdb.Del(ctx, k)
+		if err := gone.Release(ctx); !errors.Is(err, dlock.ErrNotOwner) {
+			t.Fatalf("release after DEL: %v", err)
+		}
+		if !errors.Is(gone.Err(), dlock.ErrLockLost) {
+			t.Fatalf("state after a NOTOWNER release: %v", gone.Err())
+		}
 		// WRONGTYPE maps onto ErrWrongType
 		rdb.Set(ctx, k+":str", "x", 0)
 		if _, err := c.TryAcquire(ctx, k+":str"); !errors.Is(err, dlock.ErrWrongType) {

@@ -11,8 +11,16 @@ import (
 )
 
 // retryAfterFailure is how soon a renewal that failed for a transient
-// reason (I/O, OOM, READONLY, LOADING) is tried again.
+// reason (I/O, OOM, READONLY, LOADING) is tried again: 50 ms, at most
+// lease/12 (R2.6).
 const retryAfterFailure = 50 * time.Millisecond
+
+func retryDelay(lease time.Duration) time.Duration {
+	if d := lease / 12; d < retryAfterFailure {
+		return d
+	}
+	return retryAfterFailure
+}
 
 type watchEntry struct {
 	watched   bool
@@ -215,7 +223,7 @@ func (w *watchdog) round(due []*Lock) {
 			e.deadline = sent.Add(l.lease - e.margin)
 			e.nextRenew = sent.Add(e.period)
 		case errRetry:
-			e.nextRenew = time.Now().Add(retryAfterFailure)
+			e.nextRenew = time.Now().Add(retryDelay(l.lease))
 		default:
 			e.watched = false
 			delete(w.locks, l)
