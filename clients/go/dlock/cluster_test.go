@@ -122,5 +122,25 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		wm.Release(ctx)
+		// a master killed under a held lock: its context is cancelled
+		// within the lease
+		lease := time.Second
+		sent := time.Now()
+		doomed, err := c.TryAcquire(ctx, keys[2], dlock.TTL(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[2].cmd.Process.Kill()
+		select {
+		case <-doomed.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("not lost")
+		}
+		if !errors.Is(doomed.Err(), dlock.ErrLockLost) {
+			t.Fatal(doomed.Err())
+		}
+		if elapsed := time.Since(sent); elapsed > lease+100*time.Millisecond {
+			t.Fatalf("lost %v after the send, after the lease of %v", elapsed, lease)
+		}
 	})
 }
