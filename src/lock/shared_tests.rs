@@ -323,7 +323,7 @@ proptest! {
             model.expire(now);
             let mut step = Step::new(now, &issue, &present);
             match op {
-                Op::Acquire { owner, want, ttl } | Op::Block { owner, want, ttl } | Op::Fair { owner, want, ttl }
+                Op::Acquire { owner, want, .. } | Op::Block { owner, want, .. } | Op::Fair { owner, want, .. }
                     if model.weight_conflict(owner, want) =>
                 {
                     // Refused before anything changes.
@@ -590,42 +590,6 @@ fn downgrade_and_upgrade() {
     );
 }
 
-/// What DLOCK.WATCH watches: the largest token among the live holders, in
-/// any mode; a re-entry or an older holder leaving does not change it, an
-/// ended lease does.
-#[test]
-fn the_newest_hold_is_the_largest_live_token() {
-    let mut lock = Lock::new();
-    let tokens = Cell::new(0u64);
-    let issue = counting(&tokens);
-    let present = |_| true;
-    let shared = Want::shared(None);
-    let request = |owner: &'static [u8], ttl_ms| Request {
-        owner,
-        ttl_ms,
-        session: None,
-        want: shared,
-    };
-    assert!(lock.newest_hold(0).is_none());
-    let mut step = Step::new(0, &issue, &present);
-    let older = lock.acquire(request(b"a", 5_000), &mut step).unwrap();
-    let newer = lock.acquire(request(b"b", 1_000), &mut step).unwrap();
-    assert!(newer.token > older.token);
-    let newest = |lock: &Lock, now| lock.newest_hold(now).map(|hold| hold.token);
-    assert_eq!(newest(&lock, 0), Some(newer.token));
-    let again = lock.acquire(request(b"a", 5_000), &mut step).unwrap();
-    assert!(again.reentry);
-    assert_eq!(
-        newest(&lock, 0),
-        Some(newer.token),
-        "a re-entry is no change"
-    );
-    assert_eq!(newest(&lock, 1_001), Some(older.token), "b's lease ended");
-    assert_eq!(newest(&lock, 5_001), None, "every lease ended");
-    assert_eq!(lock.release(b"b", Mode::Shared, &mut step), Ok(0));
-    assert_eq!(newest(&lock, 0), Some(older.token));
-}
-
 /// A semaphore of 4 permits: holders of weights 2 and 1, then a waiter of
 /// 3 that does not fit heads the queue and keeps a waiter of 1 (which would
 /// fit) behind it; releases that free too little grant nobody; the release
@@ -742,4 +706,44 @@ fn a_weight_lives_with_the_shared_holds_only() {
     lock.release(b"a", Mode::Shared, &mut step).unwrap();
     assert_eq!(lock.live_hold_of(b"a", 0), None);
     assert_eq!(lock.shared_weight(0), 1);
+}
+
+/// What DLOCK.WATCH watches: the largest token among the live holders, in
+/// any mode; a re-entry or an older holder leaving does not change it, an
+/// ended lease does.
+#[test]
+fn the_newest_hold_is_the_largest_live_token() {
+    let mut lock = Lock::new();
+    let tokens = Cell::new(0u64);
+    let issue = counting(&tokens);
+    let present = |_| true;
+    let shared = Want {
+        mode: Mode::Shared,
+        limit: None,
+        weight: 1,
+    };
+    let request = |owner: &'static [u8], ttl_ms| Request {
+        owner,
+        ttl_ms,
+        session: None,
+        want: shared,
+    };
+    assert!(lock.newest_hold(0).is_none());
+    let mut step = Step::new(0, &issue, &present);
+    let older = lock.acquire(request(b"a", 5_000), &mut step).unwrap();
+    let newer = lock.acquire(request(b"b", 1_000), &mut step).unwrap();
+    assert!(newer.token > older.token);
+    let newest = |lock: &Lock, now| lock.newest_hold(now).map(|hold| hold.token);
+    assert_eq!(newest(&lock, 0), Some(newer.token));
+    let again = lock.acquire(request(b"a", 5_000), &mut step).unwrap();
+    assert!(again.reentry);
+    assert_eq!(
+        newest(&lock, 0),
+        Some(newer.token),
+        "a re-entry is no change"
+    );
+    assert_eq!(newest(&lock, 1_001), Some(older.token), "b's lease ended");
+    assert_eq!(newest(&lock, 5_001), None, "every lease ended");
+    assert_eq!(lock.release(b"b", Mode::Shared, &mut step), Ok(0));
+    assert_eq!(newest(&lock, 0), Some(older.token));
 }

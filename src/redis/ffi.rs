@@ -167,18 +167,26 @@ impl Ctx {
     fn open_lock_mode(self, name: KeyName, mode: u32) -> Result<LockKey, CommandError> {
         let key =
             api!(RedisModule_OpenKey(self.raw, name.raw, mode as c_int) else std::ptr::null_mut());
-        let writable = mode & raw::REDISMODULE_WRITE != 0;
-        if key.is_null() {
+        // Not writable (not told to the close observer, which reads the
+        // value as a lock) until the key is known to be empty or a lock.
+        let mut key = LockKey {
+            raw: key,
+            writable: false,
+        };
+        if key.raw.is_null() {
             // Read-only opening of a missing key returns NULL on old servers.
-            return Ok(LockKey { raw: key, writable });
-        }
-        let key = LockKey { raw: key, writable };
-        let key_type = api!(RedisModule_KeyType(key.raw) else 0) as isize;
-        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY {
             return Ok(key);
         }
-        let module_type = api!(RedisModule_ModuleTypeGetType(key.raw) else std::ptr::null_mut());
-        if key_type == raw::REDISMODULE_KEYTYPE_MODULE && module_type == lock_type() {
+        let key_type = api!(RedisModule_KeyType(key.raw) else 0) as isize;
+        let module_type = if key_type == raw::REDISMODULE_KEYTYPE_MODULE {
+            api!(RedisModule_ModuleTypeGetType(key.raw) else std::ptr::null_mut())
+        } else {
+            std::ptr::null_mut()
+        };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY
+            || (!module_type.is_null() && module_type == lock_type())
+        {
+            key.writable = mode & raw::REDISMODULE_WRITE != 0;
             Ok(key)
         } else {
             Err(CommandError::WrongType)

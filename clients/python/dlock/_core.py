@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
@@ -84,6 +84,7 @@ def acquire_args(
     limit: Optional[int],
     block_ms: Optional[int],
     session: bool,
+    weight: Optional[int] = None,
 ) -> List[Any]:
     """The command that asks for a hold (one key, or all of ``keys``)."""
     if multi:
@@ -94,6 +95,8 @@ def acquire_args(
         args.append("SHARED")
         if limit is not None:
             args += ["LIMIT", limit]
+            if weight is not None:
+                args += ["WEIGHT", weight]
     if block_ms is not None:
         args += ["BLOCK", block_ms]
     if session:
@@ -228,3 +231,107 @@ class Deadline:
         if self.at is None:
             return None
         return max(0.0, self.at - time.monotonic())
+
+
+def check_weight(weight: Optional[int], limit: Optional[int]) -> Optional[int]:
+    """A semaphore's weight (permits per hold) as the server will take it:
+    1 to ``limit``, and only with a limit."""
+    if weight is None:
+        return None
+    if limit is None:
+        raise ValueError("a weight needs a limit (a semaphore)")
+    weight = int(weight)
+    if weight < 1 or weight > limit:
+        raise ValueError(f"the weight must be 1 to the limit ({limit})")
+    return weight
+
+
+# -- leader election --------------------------------------------------------
+#
+# A campaign holds the election's key exclusively under the owner
+# ``<value>#<id>``: the value the candidate announces (its address), ``#``,
+# and 32 lowercase hexadecimal digits new for each campaign (a UUID v4
+# without dashes). The value is the owner up to its last ``#`` (the whole
+# owner when it has none). Every dlock client reads and writes it this way.
+
+#: Separates a campaign's value from its unique id in the owner string.
+OWNER_SEPARATOR = b"#"
+
+#: The longest value a campaign can announce (an owner is at most 512 bytes;
+#: the separator and the id take 33).
+MAX_VALUE_LEN = 512 - 33
+
+#: How long one ``DLOCK.WATCH`` of an observer waits on the server before it
+#: asks again, in seconds; the socket waits this plus ``WAIT_MARGIN``.
+DEFAULT_WATCH_TIMEOUT = 30.0
+
+
+class Leader(NamedTuple):
+    """Who leads an election."""
+
+    #: The owner string of the leader's hold (``<value>#<id>``).
+    owner: bytes
+    #: The value the leader announced (its address, host name, ...).
+    value: bytes
+    #: The term: the fencing token of the leader's hold. Terms only grow.
+    term: int
+    #: Milliseconds left on its lease when the server answered (-1: unknown).
+    pttl_ms: int
+
+    @property
+    def text(self) -> str:
+        """The value as text."""
+        return self.value.decode("utf-8", "replace")
+
+
+def election_owner(value: Any) -> bytes:
+    """The owner string of a new campaign announcing ``value``."""
+    raw = as_bytes(value)
+    if not 1 <= len(raw) <= MAX_VALUE_LEN:
+        raise ValueError(f"a campaign's value must be 1 to {MAX_VALUE_LEN} bytes")
+    return raw + OWNER_SEPARATOR + uuid.uuid4().hex.encode()
+
+
+def election_value(owner: Any) -> bytes:
+    """The value a campaign announced, read from its owner string."""
+    raw = as_bytes(owner)
+    at = raw.rfind(OWNER_SEPARATOR)
+    return raw if at < 0 else raw[:at]
+
+
+def make_leader(owner: Any, term: Any, pttl: Any) -> Leader:
+    raw = as_bytes(owner)
+    return Leader(raw, election_value(raw), int(term), int(pttl))
+
+
+def leader_of_info(info: Optional[Dict[str, Any]]) -> Optional[Leader]:
+    """The leader in a parsed ``DLOCK.INFO``: the exclusive holder, or (a
+    key held shared, outside an election) the holder of the newest token."""
+    if info is None:
+        return None
+    if info.get("owner") is not None:
+        return make_leader(info["owner"], info["token"], info["pttl"])
+    newest: Optional[Leader] = None
+    for entry in info.get("holders") or []:
+        if newest is None or int(entry[3]) > newest.term:
+            newest = make_leader(entry[0], entry[3], entry[4])
+    return newest
+
+
+#: ``parse_watch``'s answer when the server's timeout passed unchanged.
+WATCH_TIMED_OUT = object()
+
+
+def watch_args(key: KeyT, last: int, timeout: Number) -> List[Any]:
+    return ["DLOCK.WATCH", key, int(last), seconds_to_ms(timeout)]
+
+
+def parse_watch(reply: Any) -> Any:
+    """``DLOCK.WATCH``'s reply: ``WATCH_TIMED_OUT`` for null, None for
+    ``[0, nil, -1]`` (no leader), the leader otherwise."""
+    if reply is None:
+        return WATCH_TIMED_OUT
+    token, owner, pttl = reply
+    if int(token) == 0 or owner is None:
+        return None
+    return make_leader(owner, token, pttl)

@@ -220,6 +220,7 @@ class Lock:
 
     _shared = False
     _limit: Optional[int] = None
+    _weight: Optional[int] = None
     _multi = False
 
     def __init__(
@@ -336,7 +337,7 @@ class Lock:
         lease_ms = self._lease_ms()
         args = _core.acquire_args(
             keys, owner, lease_ms, multi=self._multi, fair=self.fair, shared=self._shared,
-            limit=self._limit, block_ms=block_ms, session=self.session,
+            limit=self._limit, block_ms=block_ms, session=self.session, weight=self._weight,
         )
         sent = time.monotonic()
         hold: Optional[_Hold] = None
@@ -584,16 +585,34 @@ class ReadLock(Lock):
 
 
 class Semaphore(Lock):
-    """At most ``limit`` holders at once (``SHARED LIMIT n``); each
-    ``acquire`` takes one permit with its own owner, lease and token."""
+    """``limit`` permits (``SHARED LIMIT n``); each ``acquire`` takes
+    ``weight`` of them (1 by default; ``WEIGHT w``) with its own owner,
+    lease and token. The queue is FIFO: a heavy request at its head is
+    never passed by lighter ones."""
 
     _shared = True
 
-    def __init__(self, redis: Any, name: Any, limit: int, timeout: Optional[Number] = None, **options: Any) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        limit: int,
+        timeout: Optional[Number] = None,
+        *,
+        weight: Optional[int] = None,
+        **options: Any,
+    ) -> None:
         if limit < 1:
             raise ValueError("a semaphore's limit must be at least 1")
         super().__init__(redis, name, timeout, **options)
         self._limit = int(limit)
+        self._weight = _core.check_weight(weight, self._limit)
+
+    @property
+    def weight(self) -> int:
+        """The permits each hold takes (``weight=``, ``WEIGHT w``): the
+        holds' weights add up to at most ``limit``, in FIFO order."""
+        return self._weight or 1
 
     @property
     def limit(self) -> int:
@@ -654,6 +673,7 @@ class MultiLock(Lock):
         *,
         shared: bool = False,
         limit: Optional[int] = None,
+        weight: Optional[int] = None,
         **options: Any,
     ) -> None:
         if not names:
@@ -666,6 +686,7 @@ class MultiLock(Lock):
         self.names = list(names)
         self._shared = shared
         self._limit = limit
+        self._weight = _core.check_weight(weight, limit)
 
     @property
     def _keys(self) -> List[KeyT]:
@@ -742,3 +763,208 @@ class Latch:
 
     def __exit__(self, *exc: Any) -> None:
         self.count_down()
+
+
+class Leadership:
+    """What a won campaign holds: the election's lock, renewed by a
+    watchdog. ``term`` is the hold's fencing token.
+
+    A leader must stop acting as leader as soon as ``lost`` is set (the
+    lease ran out, the key was deleted, a failover lost the grant), and pass
+    ``term`` to whatever it writes, so that a resource can refuse the writes
+    of a deposed leader that has not noticed yet. As a context manager it
+    resigns on exit."""
+
+    def __init__(self, lock: Lock, value: bytes) -> None:
+        self.lock = lock
+        #: The value this leader announced.
+        self.value = value
+        hold = lock._hold()
+        #: The owner string of the hold (``<value>#<id>``).
+        self.owner: bytes = hold.owner if hold is not None else b""
+        #: The term: the fencing token of the hold.
+        self.term: int = int(lock.fence or 0)
+        self._lost = lock.lost
+        self._resigned = False
+
+    @property
+    def lost(self) -> LostEvent:
+        """Set when the leadership is known to be gone: stop leading."""
+        return self._lost
+
+    def is_leader(self) -> bool:
+        """True while this process leads as far as it knows."""
+        return not self._resigned and not self._lost.is_set()
+
+    def resign(self) -> None:
+        """Steps down: releases the election's lock, which hands it to the
+        next candidate in the same step. Resigning twice, or resigning a
+        leadership already known lost, is not an error."""
+        if self._resigned:
+            return
+        self._resigned = True
+        was_lost = self._lost.is_set()
+        try:
+            self.lock.release()
+        except LockNotOwnedError:
+            if not was_lost:
+                raise
+        except LockError:
+            if not was_lost:
+                raise
+
+    def __enter__(self) -> "Leadership":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.resign()
+
+    def __repr__(self) -> str:
+        return f"Leadership(value={self.value!r}, term={self.term}, leader={self.is_leader()})"
+
+
+class Observer:
+    """The leadership changes of an election, as an iterator: first who leads
+    now (a ``Leader``, or None), then each new leader and each end of a term
+    (None), as the server makes them (``DLOCK.WATCH``, no polling). A change
+    made while nobody iterates is not queued: the next item is the newest
+    state, so the latest leader is never missed nor read stale.
+
+    Each wait runs on a connection of the pool taken for it alone. ``close()``
+    (from any thread) ends the iteration and a wait in progress (``CLIENT
+    UNBLOCK``); so does leaving its ``with`` block."""
+
+    def __init__(self, election: "Election") -> None:
+        self.election = election
+        #: The term of the last state given out (0: no leader); None before
+        #: the first.
+        self.last_term: Optional[int] = None
+        self._closed = threading.Event()
+        self._guard = threading.Lock()
+        self._waiting_id: Optional[int] = None
+
+    def __iter__(self) -> "Observer":
+        return self
+
+    def __next__(self) -> Optional[_core.Leader]:
+        if self._closed.is_set():
+            raise StopIteration
+        if self.last_term is None:
+            state = self.election.leader()
+        else:
+            while True:
+                state = self._watch(self.last_term)
+                if self._closed.is_set():
+                    raise StopIteration
+                if state is not _core.WATCH_TIMED_OUT:
+                    break
+        self.last_term = state.term if state is not None else 0
+        return state
+
+    def _watch(self, last: int) -> Any:
+        client = self.election.redis
+        wait = self.election.watch_timeout
+        pool = client.connection_pool
+        conn = _pool_connection(pool)
+        try:
+            conn.send_packed_command(
+                conn.pack_commands([["CLIENT", "ID"], _core.watch_args(self.election.name, last, wait)])
+            )
+            sock = conn._sock
+            if sock is not None:
+                sock.settimeout(wait + WAIT_MARGIN)
+            with self._guard:
+                self._waiting_id = int(conn.read_response())
+            try:
+                reply = conn.read_response()
+            finally:
+                with self._guard:
+                    self._waiting_id = None
+            sock = conn._sock
+            if sock is not None:
+                sock.settimeout(conn.socket_timeout)
+            return _core.parse_watch(reply)
+        except BaseException:
+            conn.disconnect()  # the server forgets a wait it still had
+            raise
+        finally:
+            pool.release(conn)
+
+    def close(self) -> None:
+        """Ends the iteration; a wait in progress in another thread returns
+        at once (``CLIENT UNBLOCK``)."""
+        self._closed.set()
+        end = time.monotonic() + self.election.watch_timeout + WAIT_MARGIN
+        while time.monotonic() < end:
+            with self._guard:
+                waiting = self._waiting_id
+            if waiting is None:
+                return
+            if int(self.election.redis.execute_command("CLIENT", "UNBLOCK", waiting)) == 1:
+                return
+            time.sleep(0.005)  # sent, not blocked yet: try again
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Election:
+    """Leader election on the key ``name``: candidates ``campaign`` with a
+    value (their address); the one holding the key's lock leads; anyone can
+    ask who ``leader()`` is or ``observe()`` each change.
+
+    ``timeout`` is the leader's lease in seconds; None (the default) gives a
+    lease of ``watchdog_timeout`` seconds renewed by a watchdog while the
+    leader lives. ``session`` ties the leadership to its connection, so the
+    server ends the term as soon as the leader's process dies.
+    ``watch_timeout`` is how long each wait of an observer lasts on the
+    server before it asks again (its socket waits ``WAIT_MARGIN`` more).
+
+    A campaign holds the lock under the owner ``<value>#<32 hex digits>``
+    (a new id per campaign), as every dlock client does."""
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        *,
+        watchdog_timeout: Number = DEFAULT_WATCHDOG_TIMEOUT,
+        session: bool = False,
+        watch_timeout: Number = _core.DEFAULT_WATCH_TIMEOUT,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.watchdog_timeout = watchdog_timeout
+        self.session = session
+        self.watch_timeout = float(watch_timeout)
+
+    def campaign(self, value: Any, timeout: Optional[Number] = None) -> Optional[Leadership]:
+        """Waits to lead, announcing ``value`` (str or bytes, 1 to 479
+        bytes): queues for the lock under a new unique owner and returns the
+        ``Leadership`` once granted, or None when ``timeout`` seconds pass
+        first (None: wait as long as it takes). Candidates lead in the order
+        they campaigned."""
+        raw = _core.as_bytes(value)
+        owner = _core.election_owner(raw)
+        lock = Lock(
+            self.redis, self.name, self.timeout, thread_local=False,
+            watchdog_timeout=self.watchdog_timeout, session=self.session,
+        )
+        if timeout is not None and timeout <= 0:
+            granted = lock.acquire(blocking=False, token=owner)
+        else:
+            granted = lock.acquire(blocking=True, blocking_timeout=timeout, token=owner)
+        return Leadership(lock, raw) if granted else None
+
+    def leader(self) -> Optional[_core.Leader]:
+        """Who leads now, or None between terms."""
+        return _core.leader_of_info(_core.parse_info(self.redis.execute_command("DLOCK.INFO", self.name)))
+
+    def observe(self) -> Observer:
+        """An iterator of the leadership changes (see ``Observer``)."""
+        return Observer(self)

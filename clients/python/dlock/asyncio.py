@@ -32,12 +32,15 @@ from ._core import (
 
 __all__ = [
     "DeadlockError",
+    "Election",
     "Latch",
     "LatchBrokenError",
+    "Leadership",
     "Lock",
     "LockLostError",
     "LostEvent",
     "MultiLock",
+    "Observer",
     "ReadLock",
     "RWLock",
     "Semaphore",
@@ -175,6 +178,7 @@ class Lock:
 
     _shared = False
     _limit: Optional[int] = None
+    _weight: Optional[int] = None
     _multi = False
 
     def __init__(
@@ -278,7 +282,7 @@ class Lock:
         lease_ms = self._lease_ms()
         args = _core.acquire_args(
             keys, owner, lease_ms, multi=self._multi, fair=self.fair, shared=self._shared,
-            limit=self._limit, block_ms=block_ms, session=self.session,
+            limit=self._limit, block_ms=block_ms, session=self.session, weight=self._weight,
         )
         sent = time.monotonic()
         hold: Optional[_Hold] = None
@@ -538,15 +542,31 @@ class ReadLock(Lock):
 
 
 class Semaphore(Lock):
-    """At most ``limit`` holders at once; each ``acquire`` is one permit."""
+    """``limit`` permits; each ``acquire`` takes ``weight`` of them (1 by
+    default, ``WEIGHT w``) with its own owner, lease and token."""
 
     _shared = True
 
-    def __init__(self, redis: Any, name: Any, limit: int, timeout: Optional[Number] = None, **options: Any) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        limit: int,
+        timeout: Optional[Number] = None,
+        *,
+        weight: Optional[int] = None,
+        **options: Any,
+    ) -> None:
         if limit < 1:
             raise ValueError("a semaphore's limit must be at least 1")
         super().__init__(redis, name, timeout, **options)
         self._limit = int(limit)
+        self._weight = _core.check_weight(weight, self._limit)
+
+    @property
+    def weight(self) -> int:
+        """The permits each hold takes."""
+        return self._weight or 1
 
     @property
     def limit(self) -> int:
@@ -601,6 +621,7 @@ class MultiLock(Lock):
         *,
         shared: bool = False,
         limit: Optional[int] = None,
+        weight: Optional[int] = None,
         **options: Any,
     ) -> None:
         if not names:
@@ -613,6 +634,7 @@ class MultiLock(Lock):
         self.names = list(names)
         self._shared = shared
         self._limit = limit
+        self._weight = _core.check_weight(weight, limit)
 
     @property
     def _keys(self) -> List[KeyT]:
@@ -664,3 +686,183 @@ class Latch:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.count_down()
+
+
+class Leadership:
+    """What a won campaign holds (see ``dlock.Leadership``): ``term`` is the
+    fencing token; stop leading as soon as ``lost`` is set, and pass the
+    term to what the leader writes. ``async with`` resigns on exit."""
+
+    def __init__(self, lock: Lock, value: bytes) -> None:
+        self.lock = lock
+        self.value = value
+        hold = lock._hold()
+        self.owner: bytes = hold.owner if hold is not None else b""
+        self.term: int = int(lock.fence or 0)
+        self._lost = lock.lost
+        self._resigned = False
+
+    @property
+    def lost(self) -> LostEvent:
+        return self._lost
+
+    def is_leader(self) -> bool:
+        return not self._resigned and not self._lost.is_set()
+
+    async def resign(self) -> None:
+        """Releases the election's lock (the next candidate leads in the
+        same step); twice, or after the leadership was lost, is no error."""
+        if self._resigned:
+            return
+        self._resigned = True
+        was_lost = self._lost.is_set()
+        try:
+            await self.lock.release()
+        except LockError:
+            if not was_lost:
+                raise
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.resign()
+
+    def __repr__(self) -> str:
+        return f"Leadership(value={self.value!r}, term={self.term}, leader={self.is_leader()})"
+
+
+class Observer:
+    """The leadership changes of an election as an async iterator (see
+    ``dlock.Observer``): who leads now, then each change, the newest state
+    each time. Cancelling a task waiting in ``__anext__`` (or ``aclose()``)
+    ends the wait on the server with ``CLIENT UNBLOCK``."""
+
+    def __init__(self, election: "Election") -> None:
+        self.election = election
+        self.last_term: Optional[int] = None
+        self._closed = False
+        self._waiting_id: Optional[int] = None
+
+    def __aiter__(self) -> "Observer":
+        return self
+
+    async def __anext__(self) -> Optional[_core.Leader]:
+        if self._closed:
+            raise StopAsyncIteration
+        if self.last_term is None:
+            state = await self.election.leader()
+        else:
+            while True:
+                state = await self._watch(self.last_term)
+                if self._closed:
+                    raise StopAsyncIteration
+                if state is not _core.WATCH_TIMED_OUT:
+                    break
+        self.last_term = state.term if state is not None else 0
+        return state
+
+    async def _watch(self, last: int) -> Any:
+        client = self.election.redis
+        wait = self.election.watch_timeout
+        pool = client.connection_pool
+        conn = await _pool_connection(pool)
+        clean = False
+        try:
+            await conn.send_packed_command(
+                conn.pack_commands([["CLIENT", "ID"], _core.watch_args(self.election.name, last, wait)])
+            )
+            client_id = int(await conn.read_response(timeout=wait + WAIT_MARGIN))
+            self._waiting_id = client_id
+            try:
+                reply = await conn.read_response(timeout=wait + WAIT_MARGIN)
+            except asyncio.CancelledError:
+                # The wait goes on in the server: end it, and read the reply
+                # it provokes so that the connection can be used again.
+                clean = await asyncio.shield(self._unblock(conn, client_id))
+                raise
+            finally:
+                self._waiting_id = None
+            clean = True
+            return _core.parse_watch(reply)
+        except ResponseError:
+            clean = True
+            raise
+        finally:
+            if not clean:
+                try:
+                    await asyncio.shield(conn.disconnect())
+                except BaseException:  # closing is best effort
+                    pass
+            await pool.release(conn)
+
+    async def _unblock(self, conn: Any, client_id: int) -> bool:
+        try:
+            await self.election.redis.execute_command("CLIENT", "UNBLOCK", client_id)
+            await conn.read_response(timeout=WAIT_MARGIN)
+            return True
+        except Exception:
+            return False
+
+    async def aclose(self) -> None:
+        """Ends the iteration; a wait in progress in another task returns
+        at once."""
+        self._closed = True
+        end = time.monotonic() + self.election.watch_timeout + WAIT_MARGIN
+        while time.monotonic() < end:
+            waiting = self._waiting_id
+            if waiting is None:
+                return
+            if int(await self.election.redis.execute_command("CLIENT", "UNBLOCK", waiting)) == 1:
+                return
+            await asyncio.sleep(0.005)  # sent, not blocked yet: try again
+
+    async def __aenter__(self) -> "Observer":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+class Election:
+    """Leader election for ``redis.asyncio`` (see ``dlock.Election``)."""
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        *,
+        watchdog_timeout: Number = DEFAULT_WATCHDOG_TIMEOUT,
+        session: bool = False,
+        watch_timeout: Number = _core.DEFAULT_WATCH_TIMEOUT,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.watchdog_timeout = watchdog_timeout
+        self.session = session
+        self.watch_timeout = float(watch_timeout)
+
+    async def campaign(self, value: Any, timeout: Optional[Number] = None) -> Optional[Leadership]:
+        """Waits to lead, announcing ``value``; None when ``timeout``
+        seconds pass first. Cancelling it leaves nothing queued or held."""
+        raw = _core.as_bytes(value)
+        owner = _core.election_owner(raw)
+        lock = Lock(
+            self.redis, self.name, self.timeout, thread_local=False,
+            watchdog_timeout=self.watchdog_timeout, session=self.session,
+        )
+        if timeout is not None and timeout <= 0:
+            granted = await lock.acquire(blocking=False, token=owner)
+        else:
+            granted = await lock.acquire(blocking=True, blocking_timeout=timeout, token=owner)
+        return Leadership(lock, raw) if granted else None
+
+    async def leader(self) -> Optional[_core.Leader]:
+        """Who leads now, or None between terms."""
+        return _core.leader_of_info(_core.parse_info(await self.redis.execute_command("DLOCK.INFO", self.name)))
+
+    def observe(self) -> Observer:
+        """An async iterator of the leadership changes."""
+        return Observer(self)

@@ -177,6 +177,8 @@ class Guard:
         self.tokens: List[int] = list(fence) if multi else [fence]
         self.owner = to_json(lock.local.token)
         self.released = False
+        #: The leadership of a campaign's guard (``resign`` gives it up).
+        self.leadership: Any = None
 
 
 class Runner:
@@ -187,6 +189,8 @@ class Runner:
         self.guards: Dict[str, Guard] = {}
         self.tasks: Dict[str, Tuple[str, "asyncio.Task[Any]"]] = {}
         self.vars: Dict[str, Any] = {}
+        #: name -> (observer, the task reading it, {"latest": observation})
+        self.observers: Dict[str, Tuple[Any, "asyncio.Task[Any]", Dict[str, Any]]] = {}
 
     # -- names -------------------------------------------------------------
 
@@ -293,13 +297,13 @@ class Runner:
             return self.latch_wait(step)
         if op == "command":
             return self.command(step, dedicated=True)
+        if op == "campaign":
+            return self.campaign(step)
         raise Failure(f"{op} cannot run in the background")
 
     def make_lock(self, step: Dict[str, Any]) -> Tuple[Any, bool]:
         r = self.client(step)
         kind = step.get("kind", "lock")
-        if step.get("weight") is not None:
-            raise Failure("weights are not in the Python client yet (branch elect)")
         options: Dict[str, Any] = {"watchdog_timeout": step.get("lease_ms", 30000) / 1000}
         if step.get("session"):
             options["session"] = True
@@ -310,7 +314,7 @@ class Runner:
         if kind == "read":
             return dlock.asyncio.ReadLock(r, step["key"], **options), False
         if kind == "semaphore":
-            return dlock.asyncio.Semaphore(r, step["key"], step["limit"], **options), False
+            return dlock.asyncio.Semaphore(r, step["key"], step["limit"], weight=step.get("weight"), **options), False
         if kind == "multi":
             return dlock.asyncio.MultiLock(r, step["keys"], **options), True
         raise Failure(f"unknown kind {kind}")
@@ -332,6 +336,53 @@ class Runner:
             raise StepError("busy")
         self.guards[step["as"]] = Guard(lock, multi)
         return None
+
+    def election(self, step: Dict[str, Any]) -> Any:
+        return dlock.asyncio.Election(
+            self.client(step), step["key"], watchdog_timeout=step.get("lease_ms", 30000) / 1000
+        )
+
+    async def campaign(self, step: Dict[str, Any]) -> Any:
+        if step.get("wait_forever"):
+            timeout = None
+        else:
+            timeout = step.get("wait_ms", 0) / 1000
+        try:
+            leadership = await self.election(step).campaign(self.text(step["identity"]), timeout=timeout)
+        except (ResponseError, LockError) as error:
+            raise StepError(kind_of(error)) from None
+        if leadership is None:
+            raise StepError("busy")
+        guard = Guard(leadership.lock, False)
+        guard.leadership = leadership
+        self.guards[step["as"]] = guard
+        return None
+
+    async def observe(self, step: Dict[str, Any]) -> None:
+        observer = self.election(step).observe()
+        seen: Dict[str, Any] = {"latest": "nothing"}
+
+        async def follow() -> None:
+            while True:
+                try:
+                    state = await observer.__anext__()
+                except StopAsyncIteration:
+                    return
+                except (redis.exceptions.RedisError, OSError):
+                    await asyncio.sleep(POLL)  # read again: nothing is missed
+                    continue
+                seen["latest"] = None if state is None else {"identity": state.text, "term": state.term}
+
+        self.observers[step["as"]] = (observer, asyncio.ensure_future(follow()), seen)
+
+    async def stop(self, name: str) -> None:
+        observer, task, _seen = self.observers.pop(name)
+        await observer.aclose()
+        task.cancel()
+        try:
+            await task
+        except BaseException:  # stopped either way
+            pass
 
     async def latch_wait(self, step: Dict[str, Any]) -> Any:
         latch = dlock.asyncio.Latch(self.client(step), step["key"])
@@ -392,7 +443,7 @@ class Runner:
                 value = await asyncio.wait_for(task, within)
             except asyncio.TimeoutError:
                 raise Failure(f"task {name} not done within {within} s") from None
-            if kind == "acquire":
+            if kind in ("acquire", "campaign"):
                 guard = self.guards.get(name)
                 if guard is None:
                     raise Failure(f"task {name} registered no guard")
@@ -456,11 +507,48 @@ class Runner:
         if op == "sleep":
             await asyncio.sleep(step["ms"] / 1000)
             return None
-        if op in ("campaign", "resign", "leader", "observe", "observed", "stop"):
-            raise Failure(f"{op} is not in the Python client yet (election lands with branch elect)")
+        if op == "campaign":
+            return await self.campaign(step)
+        if op == "resign":
+            guard = self.guard(step)
+            if guard.leadership is None:
+                raise Failure("resign names a guard that no campaign made")
+            if guard.released:
+                raise Failure("the guard was released already")
+            guard.released = True
+            try:
+                await guard.leadership.resign()
+            except (ResponseError, LockError) as error:
+                raise StepError(kind_of(error)) from None
+            return None
+        if op == "leader":
+            try:
+                leader = await self.election(step).leader()
+            except ResponseError as error:
+                raise StepError(kind_of(error)) from None
+            return None if leader is None else {"identity": leader.text, "term": leader.term}
+        if op == "observe":
+            await self.observe(step)
+            return None
+        if op == "observed":
+            name = step.get("observer")
+            if name not in self.observers:
+                raise Failure(f"unknown observer {name}")
+            return self.observers[name][2]["latest"]
+        if op == "stop":
+            name = step.get("observer")
+            if name not in self.observers:
+                raise Failure(f"unknown observer {name}")
+            await self.stop(name)
+            return None
         raise Failure(f"unknown step {op}")
 
     async def close(self) -> None:
+        for name in list(self.observers):
+            try:
+                await self.stop(name)
+            except Exception:  # the next scenario starts from FLUSHALL anyway
+                pass
         for _kind, task in self.tasks.values():
             task.cancel()
             try:

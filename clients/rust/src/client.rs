@@ -8,7 +8,7 @@ use redis::IntoConnectionInfo;
 
 use crate::conn::{Opener, Pool, Shared};
 use crate::watchdog::Watchdog;
-use crate::{Error, Latch, LockBuilder, Result};
+use crate::{Election, Error, Latch, LockBuilder, Result};
 
 /// Settings of a [`Client`]: the watchdog's pace and safety margins, and
 /// connection timeouts. Every setting has a default; change the ones you
@@ -358,6 +358,22 @@ impl Client {
     /// ```
     pub fn semaphore(&self, name: impl AsRef<[u8]>, limit: u32) -> LockBuilder {
         self.lock(name).shared().limit(limit)
+    }
+
+    /// A leader election on the key `name`: candidates
+    /// [`campaign`](Election::campaign) with a value (their address), the
+    /// one holding the key's lock leads, and anyone can ask who
+    /// [leads](Election::leader) or [observe](Election::observe) each change.
+    ///
+    /// ```no_run
+    /// # async fn demo(dlock: dlock_client::Client) -> dlock_client::Result<()> {
+    /// let leadership = dlock.election("billing:leader").campaign("10.0.0.7:8080").await?;
+    /// println!("leading in term {}", leadership.term());
+    /// leadership.resign().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl AsRef<[u8]>) -> Election {
+        Election::new(self.clone(), name.as_ref().to_vec())
     }
 
     /// Several locks taken in one atomic step (`DLOCK.MACQUIRE`): all of them

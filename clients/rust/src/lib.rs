@@ -33,7 +33,8 @@
 //! Every primitive of dlock has an entry point on [`Client`]:
 //! [`lock`](Client::lock), [`read_lock`](Client::read_lock) /
 //! [`write_lock`](Client::write_lock), [`semaphore`](Client::semaphore),
-//! [`multi_lock`](Client::multi_lock) and [`latch`](Client::latch).
+//! [`multi_lock`](Client::multi_lock) and [`latch`](Client::latch);
+//! [`election`](Client::election) builds leader election on the lock.
 //! docs/clients.md in the repository describes the rules (when a lock counts
 //! as lost, cancellation, replicas).
 
@@ -42,12 +43,17 @@
 
 mod client;
 mod conn;
+mod election;
 mod error;
 mod latch;
 mod lock;
 mod watchdog;
 
 pub use client::{Client, Config};
+pub use election::{
+    election_owner, election_value, Election, Leader, Leadership, Observer, DEFAULT_WATCH_TIMEOUT,
+    MAX_VALUE_LEN, OWNER_SEPARATOR,
+};
 pub use error::{Error, Result};
 pub use latch::{Latch, LatchWait};
 pub use lock::{Guard, LockBuilder, DEFAULT_LEASE};

@@ -54,12 +54,24 @@ pub struct LockBuilder {
     session: bool,
     shared: bool,
     limit: Option<u32>,
+    weight: Option<u32>,
     owner: Option<Vec<u8>>,
+    /// The owner is this request's alone (generated, or unique per
+    /// campaign): a grant that raced a cancellation can be released.
+    owner_unique: bool,
     replicas: Option<(u32, Duration)>,
     renew_every: Option<Duration>,
 }
 
 impl LockBuilder {
+    /// An owner this request alone uses (a campaign's): like a generated
+    /// one, a grant that raced a cancellation is released.
+    pub(crate) fn unique_owner(mut self, owner: Vec<u8>) -> LockBuilder {
+        self.owner = Some(owner);
+        self.owner_unique = true;
+        self
+    }
+
     pub(crate) fn new(client: Client, keys: Vec<Vec<u8>>, multi: bool) -> LockBuilder {
         LockBuilder {
             client,
@@ -71,7 +83,9 @@ impl LockBuilder {
             session: false,
             shared: false,
             limit: None,
+            weight: None,
             owner: None,
+            owner_unique: false,
             replicas: None,
             renew_every: None,
         }
@@ -178,6 +192,25 @@ impl LockBuilder {
     pub fn limit(mut self, limit: u32) -> LockBuilder {
         self.shared = true;
         self.limit = Some(limit);
+        self
+    }
+
+    /// The number of permits this hold takes (`WEIGHT w`, needs a
+    /// [`limit`](LockBuilder::limit); 1 to the limit, default 1): granted
+    /// when the weights of the shared owners, this one's included, add up
+    /// to at most the limit. The queue stays FIFO, so a heavy request at
+    /// its head is never starved by lighter ones behind it. One owner has
+    /// one weight per lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(dlock: dlock_client::Client) -> dlock_client::Result<()> {
+    /// // 3 of the 8 permits of a pool of connections
+    /// let permits = dlock.semaphore("db:pool", 8).weight(3).wait_forever().acquire().await?;
+    /// assert_eq!(permits.weight(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn weight(mut self, weight: u32) -> LockBuilder {
+        self.weight = Some(weight);
         self
     }
 
@@ -330,6 +363,21 @@ impl LockBuilder {
                 "the limit must be at least 1".into(),
             ));
         }
+        if let Some(weight) = self.weight {
+            match self.limit {
+                None => {
+                    return Err(Error::InvalidArgument(
+                        "a weight needs a limit (a semaphore)".into(),
+                    ))
+                }
+                Some(limit) if weight < 1 || weight > limit => {
+                    return Err(Error::InvalidArgument(format!(
+                        "the weight must be 1 to the limit ({limit})"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
         if self.multi && self.fair {
             return Err(Error::InvalidArgument(
                 "a multi-lock has no fair (reservation) mode".into(),
@@ -368,6 +416,9 @@ impl LockBuilder {
         }
         if let Some(limit) = self.limit {
             cmd.arg("LIMIT").arg(limit);
+            if let Some(weight) = self.weight {
+                cmd.arg("WEIGHT").arg(weight);
+            }
         }
         match self.wait {
             Wait::No => {}
@@ -416,7 +467,7 @@ impl LockBuilder {
             Wait::For(wait) => Some(wait + inner.config.wait_margin),
             Wait::Forever => None,
         };
-        let generated_owner = self.owner.is_none();
+        let generated_owner = self.owner.is_none() || self.owner_unique;
         // After CLIENT UNBLOCK this wait can no longer be granted, so
         // releasing a generated owner (this request's alone) then settles a
         // grant that raced the cancellation, whether its reply arrives or not.
@@ -570,6 +621,7 @@ impl LockBuilder {
             holds: grants.first().map(|(_, holds)| *holds as u64).unwrap_or(0),
             owner,
             shared: self.shared,
+            weight: self.weight.unwrap_or(1),
             lease: self.lease,
             hold,
             watch_id,
@@ -639,6 +691,7 @@ pub struct Guard {
     holds: u64,
     owner: Arc<Vec<u8>>,
     shared: bool,
+    weight: u32,
     lease: Duration,
     hold: Arc<HoldState>,
     watch_id: u64,
@@ -741,6 +794,19 @@ impl Guard {
     /// ```
     pub fn is_shared(&self) -> bool {
         self.shared
+    }
+
+    /// The permits this hold takes: its [`weight`](LockBuilder::weight),
+    /// 1 unless set.
+    ///
+    /// ```no_run
+    /// # async fn demo(dlock: dlock_client::Client) -> dlock_client::Result<()> {
+    /// let permit = dlock.semaphore("api:payments", 10).acquire().await?;
+    /// assert_eq!(permit.weight(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn weight(&self) -> u32 {
+        self.weight
     }
 
     /// The lease the watchdog renews.

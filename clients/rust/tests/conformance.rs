@@ -11,10 +11,11 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Server;
-use dlock_client::{Client, Error, Guard, LatchWait};
+use dlock_client::{Client, Error, Guard, LatchWait, Leader, Leadership};
 use redis::aio::MultiplexedConnection;
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
@@ -75,7 +76,6 @@ struct Step {
     conn: Option<String>,
     guard: Option<String>,
     task: Option<String>,
-    #[allow(dead_code)]
     observer: Option<String>,
     #[serde(rename = "as")]
     name: Option<String>,
@@ -97,7 +97,6 @@ struct Step {
     n: Option<u64>,
     ttl_ms: Option<u64>,
     timeout_ms: Option<u64>,
-    #[allow(dead_code)]
     identity: Option<String>,
     args: Option<Vec<String>>,
     ms: Option<u64>,
@@ -108,8 +107,35 @@ struct Step {
 /// the README: `busy`, `lost`, `not_owner`, ..., `server:<CODE>`).
 type Outcome = Result<Json, String>;
 
+/// What an acquiring step got: a guard, or a campaign's leadership (whose
+/// guard is the election's lock).
+enum Held {
+    Guard(Guard),
+    Leader(Leadership),
+}
+
+impl Held {
+    fn guard(&self) -> &Guard {
+        match self {
+            Held::Guard(guard) => guard,
+            Held::Leader(leadership) => leadership.guard(),
+        }
+    }
+
+    fn is_held(&self) -> bool {
+        self.guard().is_held()
+    }
+
+    async fn release(self) -> dlock_client::Result<()> {
+        match self {
+            Held::Guard(guard) => guard.release().await,
+            Held::Leader(leadership) => leadership.resign().await,
+        }
+    }
+}
+
 struct GuardSlot {
-    guard: Option<Guard>,
+    guard: Option<Held>,
     token: u64,
     tokens: Vec<u64>,
     owner: String,
@@ -122,6 +148,24 @@ enum Task {
     Acquire(JoinHandle<dlock_client::Result<Guard>>),
     LatchWait(JoinHandle<dlock_client::Result<LatchWait>>),
     Command(JoinHandle<redis::RedisResult<redis::Value>>),
+    Campaign(JoinHandle<dlock_client::Result<Leadership>>),
+}
+
+/// An observer started by `observe`: a task that reads every change into
+/// `latest` ("nothing" before the first).
+struct Observing {
+    latest: Arc<Mutex<Json>>,
+    task: JoinHandle<()>,
+}
+
+fn leader_json(leader: Option<Leader>) -> Json {
+    match leader {
+        Some(leader) => serde_json::json!({
+            "identity": leader.value_str(),
+            "term": leader.term,
+        }),
+        None => Json::Null,
+    }
 }
 
 struct Runner {
@@ -130,6 +174,7 @@ struct Runner {
     conns: HashMap<String, MultiplexedConnection>,
     guards: HashMap<String, GuardSlot>,
     tasks: HashMap<String, Task>,
+    observers: HashMap<String, Observing>,
     vars: HashMap<String, Json>,
 }
 
@@ -381,12 +426,14 @@ impl Runner {
             .ok_or_else(|| format!("unknown guard {name}"))
     }
 
-    fn register(&mut self, name: &str, guard: Guard) {
+    fn register(&mut self, name: &str, held: impl Into<Held>) {
+        let held = held.into();
+        let guard = held.guard();
         let slot = GuardSlot {
             token: guard.token(),
             tokens: guard.tokens().map(|(_, t)| t).collect(),
             owner: String::from_utf8_lossy(guard.owner()).into_owned(),
-            guard: Some(guard),
+            guard: Some(held),
             lost_at_release: false,
         };
         self.guards.insert(name.to_string(), slot);
@@ -463,6 +510,20 @@ impl Runner {
                     cmd.query_async::<redis::Value>(&mut conn).await
                 })))
             }
+            "campaign" => {
+                let election = self.election(step).await?;
+                let identity = self.text(step.identity.as_deref().ok_or("no identity")?)?;
+                let wait = match (step.wait_forever, step.wait_ms) {
+                    (true, _) => None,
+                    (false, ms) => Some(Duration::from_millis(ms.unwrap_or(0))),
+                };
+                Ok(Task::Campaign(tokio::spawn(async move {
+                    match wait {
+                        None => election.campaign(identity).await,
+                        Some(wait) => election.campaign_within(identity, wait).await,
+                    }
+                })))
+            }
             other => Err(format!("{other} cannot run in the background")),
         }
     }
@@ -478,8 +539,8 @@ impl Runner {
             "multi" => client.multi_lock(step.keys.clone().ok_or("no keys")?),
             other => return Err(format!("unknown kind {other}")),
         };
-        if step.weight.is_some() {
-            return Err("weights are not in the Rust client yet (branch elect)".into());
+        if let Some(weight) = step.weight {
+            builder = builder.weight(weight);
         }
         if let Some(ms) = step.lease_ms {
             builder = builder.lease(Duration::from_millis(ms));
@@ -500,6 +561,15 @@ impl Runner {
             builder = builder.owner(self.text(owner)?);
         }
         Ok(builder)
+    }
+
+    async fn election(&mut self, step: &Step) -> Result<dlock_client::Election, String> {
+        let client = self.client(&step.client).await?;
+        let mut election = client.election(step.key.clone().ok_or("no key")?);
+        if let Some(ms) = step.lease_ms {
+            election = election.lease(Duration::from_millis(ms));
+        }
+        Ok(election)
     }
 
     fn command(&self, step: &Step) -> Result<redis::Cmd, String> {
@@ -541,6 +611,7 @@ impl Runner {
                 let slot = self.slot(step)?;
                 let guard = slot.guard.as_ref().ok_or("the guard was released")?;
                 Ok(guard
+                    .guard()
                     .renew()
                     .await
                     .map(|()| Json::Null)
@@ -549,7 +620,7 @@ impl Runner {
             "held" => {
                 let slot = self.slot(step)?;
                 Ok(Ok(Json::Bool(
-                    slot.guard.as_ref().is_some_and(Guard::is_held),
+                    slot.guard.as_ref().is_some_and(Held::is_held),
                 )))
             }
             "lost" => {
@@ -605,6 +676,19 @@ impl Runner {
                             Err(join) => Err(format!("task {name} panicked: {join}")),
                         }
                     }
+                    Task::Campaign(handle) => {
+                        match tokio::time::timeout(within, handle)
+                            .await
+                            .map_err(|_| late())?
+                        {
+                            Ok(Ok(leadership)) => {
+                                self.register(&name, leadership);
+                                done
+                            }
+                            Ok(Err(error)) => Ok(Err(kind_of(&error))),
+                            Err(join) => Err(format!("task {name} panicked: {join}")),
+                        }
+                    }
                 }
             }
             "cancel" => {
@@ -627,6 +711,10 @@ impl Runner {
                         let _ = handle.await;
                     }
                     Task::Command(handle) => {
+                        handle.abort();
+                        let _ = handle.await;
+                    }
+                    Task::Campaign(handle) => {
                         handle.abort();
                         let _ = handle.await;
                     }
@@ -737,10 +825,80 @@ impl Runner {
                 tokio::time::sleep(Duration::from_millis(step.ms.ok_or("no ms")?)).await;
                 done
             }
-            "campaign" | "resign" | "leader" | "observe" | "observed" | "stop" => Err(format!(
-                "{} is not in the Rust client yet (election lands with branch elect)",
-                step.op
-            )),
+            "campaign" => {
+                let name = step.name.clone().ok_or("campaign needs `as`")?;
+                let task = self.start(step).await?;
+                let Task::Campaign(handle) = task else {
+                    unreachable!("start gives a campaign")
+                };
+                match handle.await {
+                    Ok(Ok(leadership)) => {
+                        self.register(&name, leadership);
+                        done
+                    }
+                    Ok(Err(error)) => Ok(Err(kind_of(&error))),
+                    Err(join) => Err(format!("campaign panicked: {join}")),
+                }
+            }
+            "resign" => {
+                let name = step.guard.clone().ok_or("no guard")?;
+                let slot = self.guards.get_mut(&name).ok_or("unknown guard")?;
+                let held = slot.guard.take().ok_or("the guard was released already")?;
+                slot.lost_at_release = !held.is_held();
+                Ok(held
+                    .release()
+                    .await
+                    .map(|()| Json::Null)
+                    .map_err(|e| kind_of(&e)))
+            }
+            "leader" => {
+                let election = self.election(step).await?;
+                Ok(election
+                    .leader()
+                    .await
+                    .map(leader_json)
+                    .map_err(|e| kind_of(&e)))
+            }
+            "observe" => {
+                let name = step.name.clone().ok_or("observe needs `as`")?;
+                let mut observer = self.election(step).await?.observe();
+                let latest = Arc::new(Mutex::new(Json::String("nothing".into())));
+                let task = tokio::spawn({
+                    let latest = latest.clone();
+                    async move {
+                        loop {
+                            // An error (a connection lost) is retried by the
+                            // next read; the latest observation stays.
+                            if let Ok(state) = observer.next().await {
+                                *latest.lock().unwrap() = leader_json(state);
+                            }
+                        }
+                    }
+                });
+                if let Some(old) = self.observers.insert(name, Observing { latest, task }) {
+                    old.task.abort();
+                }
+                done
+            }
+            "observed" => {
+                let name = step.observer.as_ref().ok_or("no observer")?;
+                let observing = self
+                    .observers
+                    .get(name)
+                    .ok_or_else(|| format!("unknown observer {name}"))?;
+                let latest = observing.latest.lock().unwrap().clone();
+                Ok(Ok(latest))
+            }
+            "stop" => {
+                let name = step.observer.as_ref().ok_or("no observer")?;
+                let observing = self
+                    .observers
+                    .remove(name)
+                    .ok_or_else(|| format!("unknown observer {name}"))?;
+                observing.task.abort();
+                let _ = observing.task.await;
+                done
+            }
             other => Err(format!("unknown step {other}")),
         }
     }
@@ -752,7 +910,11 @@ impl Runner {
                 Task::Acquire(handle) => handle.abort(),
                 Task::LatchWait(handle) => handle.abort(),
                 Task::Command(handle) => handle.abort(),
+                Task::Campaign(handle) => handle.abort(),
             }
+        }
+        for (_, observing) in self.observers.drain() {
+            observing.task.abort();
         }
         self.guards.clear();
         self.clients.clear();
@@ -808,6 +970,7 @@ async fn conformance() {
         conns: HashMap::new(),
         guards: HashMap::new(),
         tasks: HashMap::new(),
+        observers: HashMap::new(),
         vars: HashMap::new(),
     };
     let only = std::env::var("DLOCK_CONFORMANCE_ONLY").ok();
@@ -876,4 +1039,16 @@ async fn conformance() {
         "conformance failures:\n{}",
         failures.join("\n")
     );
+}
+
+impl From<Guard> for Held {
+    fn from(guard: Guard) -> Held {
+        Held::Guard(guard)
+    }
+}
+
+impl From<Leadership> for Held {
+    fn from(leadership: Leadership) -> Held {
+        Held::Leader(leadership)
+    }
 }
