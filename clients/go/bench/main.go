@@ -302,7 +302,8 @@ func main() {
 	fmt.Fprintf(&b, "redsync v4 (defaults: 32 tries, 50-250 ms apart) and bsm/redislock (the\n")
 	fmt.Fprintf(&b, "README's linear back-off of 100 ms), all on go-redis v9, on one redis-server\n")
 	fmt.Fprintf(&b, "with the module, in one run. %d goroutines on %d go-redis clients; leases of %v.\n\n", goroutines, clients, lease)
-	fmt.Fprintf(&b, "Machine: %d CPUs, %s, %s. Server: %s.\n\n", runtime.NumCPU(), runtime.Version(), runtime.GOARCH, serverVersion(addr))
+	fmt.Fprintf(&b, "Machine: %d CPUs, %s, %s, load average at the start %s. Server: %s.\n", runtime.NumCPU(), runtime.Version(), runtime.GOARCH, loadAverage(), serverVersion(addr))
+	fmt.Fprintf(&b, "The machine is shared with other work: throughput figures move by a\nfactor of two from run to run, so compare libraries within one run.\n\n")
 
 	// contention
 	fmt.Fprintf(&b, "## Contention: one key, %v per library\n\n", contD)
@@ -342,10 +343,10 @@ func main() {
 		r := run(addr, func(rdb *redis.Client) locker { return rawLocker{rdb, &n} }, pairD/3, uncontended("bench:raw:"))
 		c := run(addr, libraries[0].make, pairD/3, uncontended("bench:client:"))
 		ratios = append(ratios, c.perSec()/r.perSec())
-		if r.perSec() > raw.perSec() {
+		if raw.elapsed == 0 || r.perSec() > raw.perSec() {
 			raw = r
 		}
-		if c.perSec() > client.perSec() {
+		if client.elapsed == 0 || c.perSec() > client.perSec() {
 			client = c
 		}
 		fmt.Fprintf(os.Stderr, "overhead pair %d: raw %.0f/s client %.0f/s\n", i, r.perSec(), c.perSec())
@@ -451,4 +452,16 @@ func serverVersion(addr string) string {
 		}
 	}
 	return "unknown"
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return "unknown"
+	}
+	return f[0]
 }
