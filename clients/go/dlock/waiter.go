@@ -149,8 +149,15 @@ func (p *waiterPool) get(ctx context.Context) (*waiter, error) {
 }
 
 // put keeps a waiter whose connection is in a known state (err nil or an
-// error reply); others are closed.
+// error reply other than READONLY/UNBLOCKED); others are closed.
 func (p *waiterPool) put(w *waiter, err error) {
+	var se *ServerError
+	if errors.As(err, &se) && (se.Code == "READONLY" || se.Code == "UNBLOCKED") {
+		// A failover made this node a replica: reconnect next time (a
+		// Sentinel dialer then reaches the new master).
+		_ = w.rdb.Close()
+		return
+	}
 	if err != nil && !isServerError(err) {
 		_ = w.rdb.Close()
 		return
