@@ -1,0 +1,21 @@
+# The Go client (clients/go/, docs/clients.md#go): gofmt, go vet, staticcheck
+# and the race-enabled tests against redis-server and Valkey (the test
+# binary's TestMain starts both with the module on free ports and stops
+# them). Modules and tools go to Go's own caches (GOPATH, GOCACHE).
+GO_STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+.PHONY: go-test go-lint
+test: go-test
+go-lint:
+	cd clients/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo 'gofmt: run gofmt -w clients/go'; exit 1; }
+	cd clients/go && go vet ./... && go run $(GO_STATICCHECK) ./...
+go-test: build go-lint
+	cd clients/go && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" go test -race -count=1 -timeout 5m ./...
+
+# The Go client against redsync v4 and bsm/redislock (clients/go/bench, a
+# module of its own so that they never become the client's dependencies):
+# one redis-server with the module, one run; writes docs/benchmarks-go.md
+# (QUICK=1: short runs, report to a temporary file). About a minute.
+.PHONY: go-bench
+bench: go-bench
+go-bench: build
+	cd clients/go/bench && test -z "$$(gofmt -l .)" && go vet . && go run .$(if $(filter-out 0 false no,$(QUICK)), -quick,)

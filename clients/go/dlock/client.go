@@ -1,0 +1,546 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client sends dlock's commands through a go-redis client: one server, a
+// Sentinel failover client or a Cluster. It runs one watchdog goroutine for
+// all its locks and keeps dedicated connections for blocking waits. A
+// Client is safe for concurrent use; make one per go-redis client.
+type Client struct {
+	rdb          redis.UniversalClient
+	lease        time.Duration
+	renewDivisor int
+	renewEvery   time.Duration
+	safety       time.Duration
+	drift        float64
+	waitMargin   time.Duration
+	onLost       func(*Lock)
+
+	wd      *watchdog
+	waiters waiterPools
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithLease sets the default lease of a hold (30 s by default); the
+// watchdog renews it while the Lock is held.
+func WithLease(d time.Duration) Option { return func(c *Client) { c.lease = d } }
+
+// WithRenewEvery sets the watchdog's period for every lock (default: a
+// third of the lock's lease).
+func WithRenewEvery(d time.Duration) Option { return func(c *Client) { c.renewEvery = d } }
+
+// WithOnLost sets a function called (on a goroutine of its own) for each
+// lock found lost. The lock's Context is cancelled either way.
+func WithOnLost(f func(*Lock)) Option { return func(c *Client) { c.onLost = f } }
+
+// WithSafetyMargin sets the margin by which a lock counts as lost before
+// its lease could end on the server: fixed + drift*lease (5 ms and 0.01 by
+// default).
+func WithSafetyMargin(fixed time.Duration, drift float64) Option {
+	return func(c *Client) { c.safety, c.drift = fixed, drift }
+}
+
+// WithWaitMargin sets how much longer than the server-side wait a blocking
+// wait's connection waits for the reply (2 s by default).
+func WithWaitMargin(d time.Duration) Option { return func(c *Client) { c.waitMargin = d } }
+
+// New returns a Client on rdb: a *redis.Client (also from
+// redis.NewFailoverClient) or a *redis.ClusterClient. Blocking waits need
+// one of those two; other UniversalClients can only TryAcquire.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := &Client{
+		rdb:          rdb,
+		lease:        30 * time.Second,
+		renewDivisor: 3,
+		safety:       5 * time.Millisecond,
+		drift:        0.01,
+		waitMargin:   2 * time.Second,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	c.wd = newWatchdog(c)
+	return c
+}
+
+// Close stops the watchdog (locks still held then are left to their
+// leases and their contexts are cancelled with ErrLockLost) and closes the
+// dedicated connections. It does not close the go-redis client.
+func (c *Client) Close() error {
+	c.wd.stop()
+	c.waiters.closeAll()
+	return nil
+}
+
+func (c *Client) margin(lease time.Duration) time.Duration {
+	return c.safety + time.Duration(float64(lease)*c.drift)
+}
+
+func (c *Client) period(lease time.Duration) time.Duration {
+	if c.renewEvery > 0 {
+		return c.renewEvery
+	}
+	return lease / time.Duration(c.renewDivisor)
+}
+
+// newOwner returns a random UUID v4, unique to one hold.
+func newOwner() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}
+
+// noRetryCmd is a command that go-redis never sends twice: ACQUIRE, FAIR,
+// MACQUIRE, RELEASE and COUNTDOWN change state, so a retry after a dropped
+// connection could take a second hold or give back one too many.
+type noRetryCmd struct{ *redis.Cmd }
+
+func (noRetryCmd) NoRetry() bool { return true }
+
+func newNoRetry(ctx context.Context, args ...any) noRetryCmd {
+	return noRetryCmd{redis.NewCmd(ctx, args...)}
+}
+
+// run sends a command on the shared client and maps error replies.
+func (c *Client) run(ctx context.Context, retry bool, args ...any) (any, error) {
+	var cmd redis.Cmder
+	var inner *redis.Cmd
+	if retry {
+		inner = redis.NewCmd(ctx, args...)
+		cmd = inner
+	} else {
+		nr := newNoRetry(ctx, args...)
+		inner, cmd = nr.Cmd, nr
+	}
+	_ = c.rdb.Process(ctx, cmd)
+	v, err := inner.Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, serverError(err)
+}
+
+// ---------------------------------------------------------------- options
+
+type acquireConfig struct {
+	shared      bool
+	limit       int64
+	weight      int64
+	session     bool
+	fair        bool
+	ttl         time.Duration
+	owner       string
+	replicas    int
+	replicaWait time.Duration
+}
+
+// AcquireOption configures one acquire.
+type AcquireOption func(*acquireConfig)
+
+// Shared asks for a shared hold (a read lock, or a semaphore permit with Limit).
+func Shared() AcquireOption { return func(a *acquireConfig) { a.shared = true } }
+
+// Limit bounds the shared holders (SHARED LIMIT n); implies Shared.
+func Limit(n int64) AcquireOption {
+	return func(a *acquireConfig) { a.shared, a.limit = true, n }
+}
+
+// Weight takes w permits of a Limit semaphore (WEIGHT w, 1 <= w <= limit).
+func Weight(w int64) AcquireOption { return func(a *acquireConfig) { a.weight = w } }
+
+// Session ties the hold to the connection that got it (SESSION). The
+// connection is the shared pool's, or the wait's dedicated one, so the
+// hold ends when go-redis closes that connection.
+func Session() AcquireOption { return func(a *acquireConfig) { a.session = true } }
+
+// Fair uses DLOCK.FAIR: a TryAcquire that fails keeps a reservation for
+// its owner (useful with Owner and polling).
+func Fair() AcquireOption { return func(a *acquireConfig) { a.fair = true } }
+
+// TTL sets this hold's lease (default: the client's, 30 s).
+func TTL(d time.Duration) AcquireOption { return func(a *acquireConfig) { a.ttl = d } }
+
+// Owner sets the owner instead of a new UUID. Holds of one owner re-enter
+// the lock; keep it unique to one holder.
+func Owner(s string) AcquireOption { return func(a *acquireConfig) { a.owner = s } }
+
+// Replicas sends WAIT n timeout after the grant, on the grant's
+// connection; when fewer replicas confirm, the lock is released and the
+// error matches ErrNotReplicated.
+func Replicas(n int, timeout time.Duration) AcquireOption {
+	return func(a *acquireConfig) { a.replicas, a.replicaWait = n, timeout }
+}
+
+func (c *Client) config(opts []AcquireOption) acquireConfig {
+	cfg := acquireConfig{ttl: c.lease}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+func ms(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if m < 1 {
+		m = 1
+	}
+	return m
+}
+
+// acquireArgs builds ACQUIRE/FAIR/MACQUIRE; block < 0 means no BLOCK.
+func acquireArgs(cfg *acquireConfig, keys []string, multi bool, owner string, block int64) []any {
+	args := make([]any, 0, 12+len(keys))
+	switch {
+	case multi:
+		args = append(args, "DLOCK.MACQUIRE", len(keys))
+	case cfg.fair:
+		args = append(args, "DLOCK.FAIR")
+	default:
+		args = append(args, "DLOCK.ACQUIRE")
+	}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, owner, ms(cfg.ttl))
+	if cfg.shared {
+		args = append(args, "SHARED")
+	}
+	if cfg.limit > 0 {
+		args = append(args, "LIMIT", cfg.limit)
+	}
+	if cfg.weight > 1 {
+		args = append(args, "WEIGHT", cfg.weight)
+	}
+	if block >= 0 {
+		args = append(args, "BLOCK", block)
+	}
+	if cfg.session {
+		args = append(args, "SESSION")
+	}
+	return args
+}
+
+// ---------------------------------------------------------------- acquire
+
+// Acquire waits in the server's queue for the lock until it is granted or
+// ctx is done: BLOCK for the time left on ctx's deadline, BLOCK 0 without
+// one. The wait runs on a dedicated connection; cancelling ctx ends it with
+// CLIENT UNBLOCK and the error matches ctx.Err() (a grant that raced the
+// cancel is released). A ctx that is already done fails even when the lock
+// is free.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, []string{key}, false, true, opts)
+}
+
+// TryAcquire makes one attempt and never waits: ErrNotAcquired when the
+// lock is not free (or others wait for it).
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, []string{key}, false, false, opts)
+}
+
+// AcquireMulti takes every key in one atomic step (DLOCK.MACQUIRE), waiting
+// in every key's queue at once as Acquire does. In a Cluster the keys must
+// share a slot (use a hash tag), checked before sending.
+func (c *Client) AcquireMulti(ctx context.Context, keys []string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, keys, true, true, opts)
+}
+
+// TryAcquireMulti is AcquireMulti without a wait.
+func (c *Client) TryAcquireMulti(ctx context.Context, keys []string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, keys, true, false, opts)
+}
+
+// Do acquires key (waiting as Acquire), runs fn with a context that is
+// cancelled when the lock is lost (cause ErrLockLost) or ctx is done, and
+// releases the lock after fn returns.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+	lock, err := c.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(lock.Context(), func() { cancel(context.Cause(lock.Context())) })
+	ferr := fn(fctx)
+	stop()
+	cancel(nil)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer rcancel()
+	rerr := lock.Release(rctx)
+	if ferr != nil {
+		return ferr
+	}
+	return rerr
+}
+
+var errNoKeys = errors.New("dlock: no keys")
+
+func (c *Client) acquire(ctx context.Context, keys []string, multi, wait bool, opts []AcquireOption) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, errNoKeys
+	}
+	cfg := c.config(opts)
+	if cfg.ttl <= 0 {
+		return nil, errors.New("dlock: the lease must be positive")
+	}
+	if multi {
+		if err := c.checkSlots(keys); err != nil {
+			return nil, err
+		}
+	}
+	owner, generated := cfg.owner, cfg.owner == ""
+	if generated {
+		owner = newOwner()
+	}
+	if !wait && cfg.replicas == 0 && !cfg.session {
+		return c.acquireInline(ctx, keys, multi, &cfg, owner, generated)
+	}
+	return c.acquireDedicated(ctx, keys, multi, wait, &cfg, owner, generated)
+}
+
+// acquireInline sends one attempt on the shared client, never retried.
+func (c *Client) acquireInline(ctx context.Context, keys []string, multi bool, cfg *acquireConfig, owner string, generated bool) (*Lock, error) {
+	cmd := newNoRetry(ctx, acquireArgs(cfg, keys, multi, owner, -1)...)
+	if multi {
+		cmd.SetFirstKeyPos(2)
+	}
+	sent := time.Now()
+	_ = c.rdb.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		err = serverError(err)
+		if !isServerError(err) && generated {
+			// The command may have run and its reply been lost: a hold of
+			// this request's own owner is released, so none is left behind.
+			c.releaseQuietly(keys, owner, cfg.shared)
+		}
+		return nil, err
+	}
+	if errors.Is(err, redis.Nil) {
+		v = nil
+	}
+	return c.granted(v, keys, multi, cfg, owner, sent, false)
+}
+
+func (c *Client) releaseQuietly(keys []string, owner string, shared bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.release(ctx, keys, owner, shared)
+}
+
+// release gives back one hold of every key (pipelined), never retried.
+func (c *Client) release(ctx context.Context, keys []string, owner string, shared bool) error {
+	if len(keys) == 1 {
+		args := []any{"DLOCK.RELEASE", keys[0], owner}
+		if shared {
+			args = append(args, "SHARED")
+		}
+		_, err := c.run(ctx, false, args...)
+		return err
+	}
+	cmds := make([]noRetryCmd, len(keys))
+	pipe := c.rdb.Pipeline()
+	for i, k := range keys {
+		args := []any{"DLOCK.RELEASE", k, owner}
+		if shared {
+			args = append(args, "SHARED")
+		}
+		cmds[i] = newNoRetry(ctx, args...)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx)
+	var first error
+	for _, cmd := range cmds {
+		if err := serverError(cmd.Err()); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// granted turns a reply into a watched Lock, or ErrNotAcquired for null.
+func (c *Client) granted(v any, keys []string, multi bool, cfg *acquireConfig, owner string, anchor time.Time, renewNow bool) (*Lock, error) {
+	if v == nil {
+		return nil, ErrNotAcquired
+	}
+	var grants []any
+	if multi {
+		arr, ok := v.([]any)
+		if !ok || len(arr) != len(keys) {
+			return nil, fmt.Errorf("dlock: unexpected reply %v", v)
+		}
+		grants = arr
+	} else {
+		grants = []any{v}
+	}
+	l := &Lock{c: c, keys: keys, owner: owner, shared: cfg.shared, lease: cfg.ttl, tokens: make([]int64, len(keys))}
+	for i, g := range grants {
+		tok, holds, _, err := parseGrant(g)
+		if err != nil {
+			return nil, err
+		}
+		l.tokens[i] = tok
+		if i == 0 {
+			l.holds = holds
+		}
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	c.wd.watch(l, anchor, renewNow)
+	return l, nil
+}
+
+func parseGrant(g any) (token, holds int64, owner string, err error) {
+	arr, ok := g.([]any)
+	if !ok || len(arr) != 3 {
+		return 0, 0, "", fmt.Errorf("dlock: unexpected grant %v", g)
+	}
+	token, ok1 := arr[0].(int64)
+	holds, ok2 := arr[1].(int64)
+	owner, ok3 := arr[2].(string)
+	if !ok1 || !ok2 || !ok3 {
+		return 0, 0, "", fmt.Errorf("dlock: unexpected grant %v", g)
+	}
+	return token, holds, owner, nil
+}
+
+// waitTimes returns the BLOCK argument and the read deadline of a wait
+// bounded by ctx.
+func (c *Client) waitTimes(ctx context.Context) (block int64, readCtx context.Context, cancel context.CancelFunc, err error) {
+	base := context.WithoutCancel(ctx)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		rctx, cancel := context.WithCancel(base)
+		return 0, rctx, cancel, nil
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return 0, nil, nil, context.DeadlineExceeded
+	}
+	rctx, cancel := context.WithTimeout(base, left+c.waitMargin)
+	return ms(left), rctx, cancel, nil
+}
+
+// acquireDedicated acquires on a connection of its own: a wait, WAIT for
+// replicas after the grant, or a SESSION hold.
+func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wait bool, cfg *acquireConfig, owner string, generated bool) (*Lock, error) {
+	block, rctx, cancelRead := int64(-1), context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if wait {
+		var err error
+		block, rctx, cancelRead, err = c.waitTimes(ctx)
+		if err != nil {
+			return nil, err
+		}
+	}
+	defer cancelRead()
+	node, pool, err := c.nodeFor(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	w, err := pool.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	args := acquireArgs(cfg, keys, multi, owner, block)
+	afterUnblock := func() {
+		if generated {
+			// After CLIENT UNBLOCK the server can no longer grant this
+			// wait: releasing its own owner settles a raced grant even if
+			// its reply never arrives.
+			c.releaseQuietly(keys, owner, cfg.shared)
+		}
+	}
+	sent := time.Now()
+	v, err, cancelled := w.blocking(ctx, rctx, node, args, afterUnblock)
+	if cancelled {
+		pool.put(w, err)
+		if err == nil && v != nil && !generated {
+			// A grant read after the cancel: this request's hold, released.
+			if l, gerr := c.granted(v, keys, multi, cfg, owner, sent, false); gerr == nil {
+				c.wd.unwatch(l)
+				c.releaseQuietly(keys, owner, cfg.shared)
+			}
+		}
+		return nil, waitEnded(keys[0], ctx)
+	}
+	if err != nil {
+		pool.put(w, err)
+		if !isServerError(err) && generated {
+			c.releaseQuietly(keys, owner, cfg.shared)
+		}
+		return nil, err
+	}
+	if v == nil {
+		pool.put(w, nil)
+		if wait && block > 0 {
+			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, context.DeadlineExceeded)
+		}
+		return nil, ErrNotAcquired
+	}
+	anchor, renewNow := sent, false
+	if wait {
+		// A waiter's lease starts when it is granted, after the send: count
+		// from the reply and renew at once to anchor on a send again.
+		anchor, renewNow = time.Now(), true
+	}
+	l, err := c.granted(v, keys, multi, cfg, owner, anchor, renewNow)
+	if err != nil {
+		pool.put(w, nil)
+		return nil, err
+	}
+	if cfg.replicas > 0 {
+		acked, werr := w.rdb.Wait(rctx, cfg.replicas, cfg.replicaWait).Result()
+		if werr == nil && acked < int64(cfg.replicas) {
+			werr = fmt.Errorf("%w: %d of %d replicas", ErrNotReplicated, acked, cfg.replicas)
+		}
+		if werr != nil {
+			pool.put(w, werr)
+			rc, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = l.Release(rc)
+			rcancel()
+			return nil, werr
+		}
+	}
+	if cfg.session {
+		// The hold lives as long as this connection: keep it until Release.
+		l.session = func() { pool.put(w, nil) }
+	} else {
+		pool.put(w, nil)
+	}
+	return l, nil
+}
+
+// waitEnded is the error of a wait ended by ctx: it matches ctx.Err(), and
+// also ErrNotAcquired when the deadline passed.
+func waitEnded(key string, ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("dlock: %q: %w: %w", key, ErrNotAcquired, ctx.Err())
+	}
+	return fmt.Errorf("dlock: wait for %q: %w", key, ctx.Err())
+}
