@@ -37,7 +37,7 @@ export interface NodeRedisClient {
   on(event: string, listener: (...args: unknown[]) => void): unknown;
   ref(): void;
   unref(): void;
-  readonly options?: { socket?: Record<string, unknown> } & Record<string, unknown>;
+  readonly options?: object;
 }
 
 /** The part of a node-redis cluster that dlock uses. */
@@ -178,7 +178,7 @@ export function nodeRedisTransport(client: NodeRedisClient | NodeRedisCluster): 
         base = client as NodeRedisClient;
       }
       const socket: Record<string, unknown> = {
-        ...(base.options?.socket ?? {}),
+        ...((base.options as { socket?: object } | undefined)?.socket ?? {}),
         reconnectStrategy: false,
       };
       if (node) {

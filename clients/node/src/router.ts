@@ -78,6 +78,8 @@ export class Router {
   private slots: string[] | undefined;
   private slotsLoad: Promise<void> | undefined;
   private closed = false;
+  /** Every connection opened and not yet seen closed, so that close() reaches them all. */
+  private readonly open_ = new Set<Tracked>();
 
   constructor(
     readonly transport: Transport,
@@ -101,7 +103,12 @@ export class Router {
       conn.close();
       throw new DlockError("dlock is closed");
     }
-    return new Tracked(conn, node);
+    const tracked = new Tracked(conn, node);
+    if (this.open_.size >= 64) {
+      for (const known of this.open_) if (known.closed) this.open_.delete(known);
+    }
+    this.open_.add(tracked);
+    return tracked;
   }
 
   /** The node serving `key`: `""` on a single server. */
@@ -208,6 +215,7 @@ export class Router {
     const state = this.state(node);
     if (this.closed || blocking.conn.closed || state.idle.length >= this.options.maxIdle) {
       blocking.conn.close();
+      this.open_.delete(blocking.conn);
       return;
     }
     state.idle.push(blocking);
@@ -216,6 +224,8 @@ export class Router {
   /** Closes every connection; calls in flight reject. */
   close(): void {
     this.closed = true;
+    for (const conn of this.open_) conn.close();
+    this.open_.clear();
     for (const state of this.nodes.values()) {
       void state.command?.then((conn) => conn.close()).catch(() => {});
       for (const blocking of state.idle) blocking.conn.close();
