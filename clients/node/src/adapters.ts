@@ -207,11 +207,7 @@ export function nodeRedisTransport(client: NodeRedisClient | NodeRedisCluster): 
 
 /** Anything {@link Dlock} accepts: a transport, or a client of either library. */
 export type ClientLike =
-  | Transport
-  | IoRedisClient
-  | IoRedisCluster
-  | NodeRedisClient
-  | NodeRedisCluster;
+  Transport | IoRedisClient | IoRedisCluster | NodeRedisClient | NodeRedisCluster;
 
 /** Chooses the adapter for `client` by its shape. */
 export function toTransport(client: ClientLike): Transport {

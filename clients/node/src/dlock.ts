@@ -13,7 +13,9 @@ import {
   NotReplicatedError,
   UnexpectedReplyError,
 } from "./errors.js";
+import { ABORTED, raceAbort } from "./abort.js";
 import { Lease } from "./lease.js";
+import { Latch, Semaphore } from "./primitives.js";
 import { type Grant, toGrant, toNumber } from "./replies.js";
 import { type Blocking, Router } from "./router.js";
 import { slotOf } from "./slots.js";
@@ -141,6 +143,16 @@ export class Dlock implements AsyncDisposable {
     return this.acquire(key, { ...options, shared: false, limit: undefined });
   }
 
+  /** A semaphore of `limit` permits on `key` (weights with `acquire({ weight })`). */
+  semaphore(key: string, limit: number): Semaphore {
+    return new Semaphore(this, key, limit);
+  }
+
+  /** The count-down latch at `key`. */
+  latch(key: string): Latch {
+    return new Latch(this, key);
+  }
+
   /**
    * Runs `routine` under the lock and releases it after. `signal` aborts when
    * the lease is lost (or `options.signal` aborts): stop the work then.
@@ -152,7 +164,9 @@ export class Dlock implements AsyncDisposable {
   ): Promise<T> {
     const lease = await this.acquire(key, options);
     try {
-      const signal = options.signal ? AbortSignal.any([lease.signal, options.signal]) : lease.signal;
+      const signal = options.signal
+        ? AbortSignal.any([lease.signal, options.signal])
+        : lease.signal;
       return await routine(lease, signal);
     } finally {
       await lease.release();
@@ -170,12 +184,17 @@ export class Dlock implements AsyncDisposable {
   }
 
   /** @internal Builds and sends an acquire; null when not granted. */
-  async grant(keys: readonly string[], multi: boolean, options: AcquireOptions): Promise<Lease | null> {
+  async grant(
+    keys: readonly string[],
+    multi: boolean,
+    options: AcquireOptions,
+  ): Promise<Lease | null> {
     const signal = options.signal ?? NO_ABORT;
     signal.throwIfAborted();
     if (keys.length === 0) throw new DlockError("no key to lock");
     const ttl = options.ttl ?? this.options.ttl;
-    if (!Number.isSafeInteger(ttl) || ttl <= 0) throw new DlockError(`invalid ttl ${ttl}: a positive integer of ms`);
+    if (!Number.isSafeInteger(ttl) || ttl <= 0)
+      throw new DlockError(`invalid ttl ${ttl}: a positive integer of ms`);
     if (multi && options.fair) throw new DlockError("fair is for single keys");
     const owner = options.owner ?? randomUUID();
     const generated = options.owner === undefined;
@@ -199,7 +218,8 @@ export class Dlock implements AsyncDisposable {
     }
     const wait = options.wait ?? 0;
     const blocking = wait > 0 || options.replicas !== undefined || options.session === true;
-    const release = (grantOwner: string) => this.releaseAll(keys, grantOwner, options.shared === true);
+    const release = (grantOwner: string) =>
+      this.releaseAll(keys, grantOwner, options.shared === true);
 
     let grants: Grant[] | null;
     let since: number;
@@ -225,7 +245,15 @@ export class Dlock implements AsyncDisposable {
         const outcome = await raceAbort(pending, signal);
         if (outcome === ABORTED) {
           giveBack = false;
-          await this.cancelWait(node, conn, pending, keys, owner, generated, options.shared === true);
+          await this.cancelWait(
+            node,
+            conn,
+            pending,
+            keys,
+            owner,
+            generated,
+            options.shared === true,
+          );
           throw signal.reason;
         }
         grants = readGrants(outcome, multi);
@@ -308,7 +336,10 @@ export class Dlock implements AsyncDisposable {
     await Promise.all(
       keys.map((key) =>
         this.router
-          .call(key, shared ? ["DLOCK.RELEASE", key, owner, "SHARED"] : ["DLOCK.RELEASE", key, owner])
+          .call(
+            key,
+            shared ? ["DLOCK.RELEASE", key, owner, "SHARED"] : ["DLOCK.RELEASE", key, owner],
+          )
           .catch((err: unknown) => {
             if (!(err instanceof NotOwnerError)) throw err;
           }),
@@ -316,29 +347,6 @@ export class Dlock implements AsyncDisposable {
     );
   }
 }
-
-const ABORTED: unique symbol = Symbol("aborted");
-
-/** Resolves to the promise's value, or to {@link ABORTED} when `signal` aborts first. */
-export function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
-  if (signal.aborted) return Promise.resolve(ABORTED);
-  return new Promise<T | typeof ABORTED>((resolve, reject) => {
-    const onAbort = () => resolve(ABORTED);
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(err);
-      },
-    );
-  });
-}
-
-export { ABORTED };
 
 function readGrants(reply: Reply, multi: boolean): Grant[] | null {
   if (reply === null) return null;

@@ -86,7 +86,11 @@ export function fromReplyError(err: unknown): Error {
     err.name === "ErrorReply" ||
     err.name === "SimpleError" ||
     err.name === "BlobError" ||
-    (code !== undefined && code !== "Connection" && /^(ERR|NOTOWNER|DEADLOCK|WRONGTYPE|MOVED|ASK|CROSSSLOT|NOPERM|OOM|READONLY|LOADING|BUSY|UNBLOCKED|TRYAGAIN|CLUSTERDOWN|NOSCRIPT|MASTERDOWN|NOAUTH|WRONGPASS|EXECABORT|NOREPLICAS)$/.test(code));
+    (code !== undefined &&
+      code !== "Connection" &&
+      /^(ERR|NOTOWNER|DEADLOCK|WRONGTYPE|MOVED|ASK|CROSSSLOT|NOPERM|OOM|READONLY|LOADING|BUSY|UNBLOCKED|TRYAGAIN|CLUSTERDOWN|NOSCRIPT|MASTERDOWN|NOAUTH|WRONGPASS|EXECABORT|NOREPLICAS)$/.test(
+        code,
+      ));
   if (!isReply) return err;
   if (code === "NOTOWNER") return new NotOwnerError(message, code, { cause: err });
   if (code === "DEADLOCK") return new DeadlockError(message, code, { cause: err });

@@ -6,6 +6,7 @@
  */
 export { Dlock, type AcquireOptions, type DlockOptions } from "./dlock.js";
 export { Lease, LeaseReleasedError } from "./lease.js";
+export { Semaphore, Latch, type LatchWait, type PermitOptions } from "./primitives.js";
 export {
   DlockError,
   LockBusyError,

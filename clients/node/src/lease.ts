@@ -138,7 +138,8 @@ export class Lease implements AsyncDisposable {
   /**
    * Gives back one hold of each key. Idempotent: later calls return the first
    * call's promise. A lease already lost is still released on the server (it
-   * may have kept the hold), and a `NOTOWNER` is then not an error.
+   * may have kept the hold), and a `NOTOWNER` is then not an error; for a
+   * lease not known lost it rejects with {@link NotOwnerError}.
    */
   release(): Promise<void> {
     this.releasing ??= this.doRelease();
@@ -161,20 +162,21 @@ export class Lease implements AsyncDisposable {
         this.keys.map((key) =>
           this.router.call(
             key,
-            this.shared ? ["DLOCK.RELEASE", key, this.owner, "SHARED"] : ["DLOCK.RELEASE", key, this.owner],
+            this.shared
+              ? ["DLOCK.RELEASE", key, this.owner, "SHARED"]
+              : ["DLOCK.RELEASE", key, this.owner],
           ),
         ),
       );
+      let notOwner: NotOwnerError | undefined;
       for (const reply of replies) {
         if (reply.status === "rejected" && !(reply.reason instanceof NotOwnerError)) {
           throw reply.reason;
         }
-        if (reply.status === "rejected" && !wasLost) {
-          this.lostError = new LockLostError(this.keys, "released after the server had ended it", {
-            cause: reply.reason,
-          });
-        }
+        if (reply.status === "rejected") notOwner = reply.reason as NotOwnerError;
       }
+      // The server had ended a hold the watchdog had not yet seen end: say so.
+      if (notOwner && !wasLost) throw notOwner;
     } finally {
       if (this.session) {
         this.router.giveBack(this.session.node, this.session.blocking);

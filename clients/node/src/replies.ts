@@ -40,7 +40,9 @@ export interface Grant {
 /** Reads a grant reply. */
 export function toGrant(reply: Reply, what: string): Grant {
   if (!Array.isArray(reply) || reply.length < 3) {
-    throw new UnexpectedReplyError(`${what}: expected [token, holds, owner], got ${describe(reply)}`);
+    throw new UnexpectedReplyError(
+      `${what}: expected [token, holds, owner], got ${describe(reply)}`,
+    );
   }
   return {
     token: toBigInt(reply[0], `${what} token`),

@@ -133,7 +133,8 @@ export class Router {
           const [start, end, master] = range as [string, string, Reply[]];
           const host = String(master[0]) || "127.0.0.1";
           const port = String(master[1]);
-          for (let slot = Number(start); slot <= Number(end); slot++) slots[slot] = `${host}:${port}`;
+          for (let slot = Number(start); slot <= Number(end); slot++)
+            slots[slot] = `${host}:${port}`;
         }
         this.slots = slots;
       } finally {

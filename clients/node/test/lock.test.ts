@@ -1,7 +1,21 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { Dlock, LockBusyError, LockLostError, LeaseReleasedError, DeadlockError } from "../src/index.js";
-import { ADAPTERS, Server, type UserClient, eventually, serverKinds, sleep, userClient } from "./support.js";
+import {
+  Dlock,
+  LockBusyError,
+  LockLostError,
+  LeaseReleasedError,
+  DeadlockError,
+} from "../src/index.js";
+import {
+  ADAPTERS,
+  Server,
+  type UserClient,
+  eventually,
+  serverKinds,
+  sleep,
+  userClient,
+} from "./support.js";
 
 for (const kind of serverKinds()) {
   describe(`locks on ${kind}`, () => {
@@ -52,7 +66,11 @@ for (const kind of serverKinds()) {
         it("a blocking wait is granted at the release, and never stalls other commands", async () => {
           const held = await dlock.acquire(k("handoff"));
           const waiting = dlock.acquire(k("handoff"), { wait: 10_000 });
-          await eventually("the waiter queues", 5_000, async () => (await server.info(k("handoff")))?.["waiting"] === "1");
+          await eventually(
+            "the waiter queues",
+            5_000,
+            async () => (await server.info(k("handoff")))?.["waiting"] === "1",
+          );
           // The shared command connection still answers while the wait blocks.
           const other = await dlock.acquire(k("other"));
           await other.release();
@@ -118,7 +136,9 @@ for (const kind of serverKinds()) {
 
         it("without renewals the lease is lost at its local deadline, before the server's", async () => {
           const lease = await dlock.acquire(k("norenew"), { ttl: 200, autoRenew: false });
-          const lostAt = await new Promise<number>((r) => lease.signal.addEventListener("abort", () => r(Date.now())));
+          const lostAt = await new Promise<number>((r) =>
+            lease.signal.addEventListener("abort", () => r(Date.now())),
+          );
           assert.ok(lease.signal.reason instanceof LockLostError);
           // The server still holds it for the margin (5 ms + 1%) at least: the client knew first.
           const pttl = Number((await server.info(k("norenew")))?.["pttl"] ?? -1);
@@ -145,8 +165,15 @@ for (const kind of serverKinds()) {
           const r2 = await dlock.readLock(k("rw"), { owner: `${adapter}-r2` });
           assert.equal(await dlock.tryAcquire(k("rw")), null);
           const upgrade = dlock.writeLock(k("rw"), { owner: `${adapter}-r1`, wait: 10_000 });
-          await eventually("the upgrade waits", 5_000, async () => (await server.info(k("rw")))?.["waiting"] === "1");
-          await assert.rejects(dlock.writeLock(k("rw"), { owner: `${adapter}-r2`, wait: 1_000 }), DeadlockError);
+          await eventually(
+            "the upgrade waits",
+            5_000,
+            async () => (await server.info(k("rw")))?.["waiting"] === "1",
+          );
+          await assert.rejects(
+            dlock.writeLock(k("rw"), { owner: `${adapter}-r2`, wait: 1_000 }),
+            DeadlockError,
+          );
           await r2.release();
           const w = await upgrade;
           assert.equal(w.shared, false);
@@ -160,7 +187,11 @@ for (const kind of serverKinds()) {
           await other.acquire(k("session"), { session: true });
           assert.ok(await server.info(k("session")));
           await other.close();
-          await eventually("the session hold ends", 5_000, async () => (await server.info(k("session"))) === null);
+          await eventually(
+            "the session hold ends",
+            5_000,
+            async () => (await server.info(k("session"))) === null,
+          );
         });
       });
     }

@@ -37,7 +37,10 @@ function valkeyServer(): string | null {
 export function serverKinds(): ServerKind[] {
   const kinds: ServerKind[] = ["redis"];
   if (valkeyServer()) kinds.push("valkey");
-  else console.log("# SKIPPED valkey: no valkey-server (DLOCK_VALKEY_SERVER or scripts/fetch-valkey.sh)");
+  else
+    console.log(
+      "# SKIPPED valkey: no valkey-server (DLOCK_VALKEY_SERVER or scripts/fetch-valkey.sh)",
+    );
   return kinds;
 }
 
@@ -89,13 +92,34 @@ export class Server {
       const proc = spawn(
         bin,
         [
-          "--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "",
-          "--appendonly", "no", "--daemonize", "no", "--logfile", join(dir, "log"),
-          "--loadmodule", MODULE, ...extra,
+          "--port",
+          String(port),
+          "--bind",
+          "127.0.0.1",
+          "--dir",
+          dir,
+          "--save",
+          "",
+          "--appendonly",
+          "no",
+          "--daemonize",
+          "no",
+          "--logfile",
+          join(dir, "log"),
+          "--loadmodule",
+          MODULE,
+          ...extra,
         ],
         { stdio: "ignore" },
       );
-      const admin = new Redis({ port, host: "127.0.0.1", lazyConnect: true, stringNumbers: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+      const admin = new Redis({
+        port,
+        host: "127.0.0.1",
+        lazyConnect: true,
+        stringNumbers: true,
+        retryStrategy: () => null,
+        maxRetriesPerRequest: 0,
+      });
       admin.on("error", () => {});
       const server = new Server(kind, port, proc, dir, admin);
       let exited = false;
@@ -177,14 +201,28 @@ export class TestCluster {
 
   static async start(kind: ServerKind): Promise<TestCluster> {
     const servers = await Promise.all(
-      [0, 1, 2].map(() => Server.start(kind, ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"])),
+      [0, 1, 2].map(() =>
+        Server.start(kind, [
+          "--cluster-enabled",
+          "yes",
+          "--cluster-config-file",
+          "nodes.conf",
+          "--cluster-node-timeout",
+          "5000",
+        ]),
+      ),
     );
     const cluster = new TestCluster(servers);
     try {
       const per = Math.ceil(16384 / servers.length);
       await Promise.all(
         servers.map((s, i) =>
-          s.admin.call("CLUSTER", "ADDSLOTSRANGE", String(i * per), String(Math.min(16383, (i + 1) * per - 1))),
+          s.admin.call(
+            "CLUSTER",
+            "ADDSLOTSRANGE",
+            String(i * per),
+            String(Math.min(16383, (i + 1) * per - 1)),
+          ),
         ),
       );
       for (const s of servers.slice(1)) {
@@ -193,7 +231,8 @@ export class TestCluster {
       await eventually("the cluster is ok", 20_000, async () => {
         for (const s of servers) {
           const info = String(await s.admin.call("CLUSTER", "INFO"));
-          if (!info.includes("cluster_state:ok") || !info.includes("cluster_known_nodes:3")) return false;
+          if (!info.includes("cluster_state:ok") || !info.includes("cluster_known_nodes:3"))
+            return false;
           const slots = (await s.admin.call("CLUSTER", "SLOTS")) as unknown[];
           if (slots.length !== 3) return false;
         }
@@ -223,7 +262,10 @@ export interface UserCluster {
   close(): Promise<void>;
 }
 
-export async function userCluster(adapter: AdapterName, cluster: TestCluster): Promise<UserCluster> {
+export async function userCluster(
+  adapter: AdapterName,
+  cluster: TestCluster,
+): Promise<UserCluster> {
   const nodes = cluster.servers.map((s) => ({ host: "127.0.0.1", port: s.port }));
   if (adapter === "ioredis") {
     const client = new Cluster(nodes);
