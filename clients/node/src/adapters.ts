@@ -21,7 +21,7 @@ export interface IoRedisClient {
 
 /** The part of an ioredis `Cluster` that dlock uses. */
 export interface IoRedisCluster {
-  readonly isCluster: true;
+  readonly isCluster: boolean;
   nodes(role?: "all" | "master" | "slave"): IoRedisClient[];
   readonly status: string;
   once(event: string, listener: (...args: unknown[]) => void): unknown;
