@@ -13,6 +13,7 @@ use dlock::commands::parser::OwnerArg;
 use dlock::commands::release::Release;
 use dlock::commands::renew::Renew;
 use dlock::commands::setstate::SetState;
+use dlock::commands::watch::Watch;
 use dlock::lock::latch::MAX_LATCH_COUNT;
 use dlock::lock::{MAX_OWNER_LEN, TTL_LIMIT_MS};
 use libfuzzer_sys::fuzz_target;
@@ -45,6 +46,10 @@ fuzz_target!(|data: &[u8]| {
         assert!(request.timeout_ms < TTL_LIMIT_MS);
     }
     let _ = LatchState::parse(args);
+    if let Ok(request) = Watch::parse(args) {
+        assert!(request.token <= i64::MAX as u64);
+        assert!(request.timeout_ms < TTL_LIMIT_MS);
+    }
     if let Ok(request) = MultiAcquire::parse(args) {
         assert!(request.numkeys >= 1 && request.numkeys <= 1024);
         assert!(args.len() >= request.numkeys + 4);
