@@ -16,6 +16,7 @@ import {
 import { ABORTED, raceAbort } from "./abort.js";
 import { Lease } from "./lease.js";
 import { Latch, Semaphore } from "./primitives.js";
+import { Election } from "./election.js";
 import { type Grant, toGrant, toNumber } from "./replies.js";
 import { type Blocking, Router } from "./router.js";
 import { slotOf } from "./slots.js";
@@ -146,6 +147,11 @@ export class Dlock implements AsyncDisposable {
   /** A semaphore of `limit` permits on `key` (weights with `acquire({ weight })`). */
   semaphore(key: string, limit: number): Semaphore {
     return new Semaphore(this, key, limit);
+  }
+
+  /** Leader election on the lock at `key` (campaign, leader, observe, resign). */
+  election(key: string): Election {
+    return new Election(this, key);
   }
 
   /** The count-down latch at `key`. */

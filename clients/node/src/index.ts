@@ -6,6 +6,14 @@
  */
 export { Dlock, type AcquireOptions, type DlockOptions } from "./dlock.js";
 export { Lease, LeaseReleasedError } from "./lease.js";
+export {
+  Election,
+  Leadership,
+  identityOf,
+  type Leader,
+  type CampaignOptions,
+  type ObserveOptions,
+} from "./election.js";
 export { Semaphore, Latch, type LatchWait, type PermitOptions } from "./primitives.js";
 export {
   DlockError,

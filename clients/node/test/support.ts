@@ -81,63 +81,85 @@ export class Server {
     readonly proc: ChildProcess,
     private readonly dir: string,
     private readonly adminClient: Redis,
+    private readonly extra: string[],
   ) {}
 
   static async start(kind: ServerKind, extra: string[] = []): Promise<Server> {
     if (!existsSync(MODULE)) throw new Error(`no module at ${MODULE}: run make build`);
-    const bin = kind === "redis" ? "redis-server" : (valkeyServer() as string);
     for (let attempt = 0; ; attempt++) {
       const port = await freePort();
-      const dir = mkdtempSync(join(tmpdir(), "dlock-node-"));
-      const proc = spawn(
-        bin,
-        [
-          "--port",
-          String(port),
-          "--bind",
-          "127.0.0.1",
-          "--dir",
-          dir,
-          "--save",
-          "",
-          "--appendonly",
-          "no",
-          "--daemonize",
-          "no",
-          "--logfile",
-          join(dir, "log"),
-          "--loadmodule",
-          MODULE,
-          ...extra,
-        ],
-        { stdio: "ignore" },
-      );
-      const admin = new Redis({
-        port,
-        host: "127.0.0.1",
-        lazyConnect: true,
-        stringNumbers: true,
-        retryStrategy: () => null,
-        maxRetriesPerRequest: 0,
-      });
-      admin.on("error", () => {});
-      const server = new Server(kind, port, proc, dir, admin);
-      let exited = false;
-      proc.once("exit", () => (exited = true));
-      const deadline = Date.now() + 10_000;
-      while (!exited && Date.now() < deadline) {
-        try {
-          await admin.connect();
-          await admin.ping();
-          return server;
-        } catch {
-          admin.disconnect();
-          await sleep(20);
-        }
-      }
-      await server.stop();
+      const server = await Server.spawnOn(kind, port, extra);
+      if (server) return server;
       if (attempt >= 2) throw new Error(`${kind} server did not start on port ${port}`);
     }
+  }
+
+  private static async spawnOn(
+    kind: ServerKind,
+    port: number,
+    extra: string[],
+  ): Promise<Server | undefined> {
+    const bin = kind === "redis" ? "redis-server" : (valkeyServer() as string);
+    const dir = mkdtempSync(join(tmpdir(), "dlock-node-"));
+    const proc = spawn(
+      bin,
+      [
+        "--port",
+        String(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        dir,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--logfile",
+        join(dir, "log"),
+        "--loadmodule",
+        MODULE,
+        ...extra,
+      ],
+      { stdio: "ignore" },
+    );
+    const admin = new Redis({
+      port,
+      host: "127.0.0.1",
+      lazyConnect: true,
+      stringNumbers: true,
+      retryStrategy: () => null,
+      maxRetriesPerRequest: 0,
+    });
+    admin.on("error", () => {});
+    const server = new Server(kind, port, proc, dir, admin, extra);
+    let exited = false;
+    proc.once("exit", () => (exited = true));
+    const deadline = Date.now() + 10_000;
+    while (!exited && Date.now() < deadline) {
+      try {
+        await admin.connect();
+        await admin.ping();
+        return server;
+      } catch {
+        admin.disconnect();
+        await sleep(20);
+      }
+    }
+    await server.stop();
+    return undefined;
+  }
+
+  /** Stops the server and starts it again on the same port, with no state. */
+  async restart(): Promise<Server> {
+    await this.stop();
+    for (let attempt = 0; attempt < 50; attempt++) {
+      const server = await Server.spawnOn(this.kind, this.port, this.extra);
+      if (server) return server;
+      await sleep(50);
+    }
+    throw new Error(`could not restart the server on port ${this.port}`);
   }
 
   /** A plain connection to this server (integers as strings). */
