@@ -182,6 +182,26 @@ for (const kind of serverKinds()) {
           assert.equal(await server.info(k("rw")), null);
         });
 
+        it("a semaphore grants permits by weight up to its limit, then queues", async () => {
+          const sem = dlock.semaphore(k("sem"), 3);
+          const one = await sem.acquire();
+          const two = await sem.acquire({ weight: 2 });
+          assert.equal(await sem.tryAcquire(), null);
+          const waiting = sem.acquire({ weight: 2, wait: 10_000 });
+          await eventually(
+            "the permit request waits",
+            5_000,
+            async () => (await server.info(k("sem")))?.["waiting"] === "1",
+          );
+          await one.release();
+          assert.equal((await server.info(k("sem")))?.["waiting"], "1", "2 + 2 > 3: still waiting");
+          await two.release();
+          const granted = await waiting;
+          assert.equal(granted.shared, true);
+          await granted.release();
+          assert.equal(await server.info(k("sem")), null);
+        });
+
         it("SESSION holds end with dlock's connection", async () => {
           const other = new Dlock(user.client);
           await other.acquire(k("session"), { session: true });
