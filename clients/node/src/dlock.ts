@@ -210,7 +210,8 @@ export class Dlock implements AsyncDisposable {
       : [options.fair ? "DLOCK.FAIR" : "DLOCK.ACQUIRE", first, owner, String(ttl)];
     if (options.shared) args.push("SHARED");
     if (options.limit !== undefined) args.push("LIMIT", String(options.limit));
-    if (options.weight !== undefined) args.push("WEIGHT", String(options.weight));
+    if (options.weight !== undefined && options.weight !== 1)
+      args.push("WEIGHT", String(options.weight));
     if (options.session) args.push("SESSION");
     if (this.router.transport.isCluster && multi) {
       const slot = slotOf(first);
@@ -232,7 +233,13 @@ export class Dlock implements AsyncDisposable {
     let session: { node: string; blocking: Blocking } | undefined;
     if (!blocking) {
       since = performance.now();
-      const reply = await this.router.call(first, args);
+      let reply: Reply;
+      try {
+        reply = await this.router.call(first, args);
+      } catch (err) {
+        if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
+        throw err;
+      }
       grants = readGrants(reply, multi);
       if (signal.aborted) {
         if (grants) await release(owner).catch(() => {});
@@ -248,7 +255,10 @@ export class Dlock implements AsyncDisposable {
         const timeout = Number.isFinite(wait) ? wait + this.options.waitMargin : undefined;
         const pending = conn.conn.call(args, timeout);
         pending.catch(() => {});
-        const outcome = await raceAbort(pending, signal);
+        const outcome = await raceAbort(pending, signal).catch(async (err: unknown) => {
+          if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
+          throw err;
+        });
         if (outcome === ABORTED) {
           giveBack = false;
           await this.cancelWait(
@@ -335,6 +345,21 @@ export class Dlock implements AsyncDisposable {
     } finally {
       conn.conn.close();
     }
+  }
+
+  /**
+   * An acquire that failed without an answer (a broken connection, a read
+   * timeout) may have been granted: for a generated owner, which holds at
+   * most that one hold, one release settles it. Error replies need nothing.
+   */
+  private async settleUnanswered(
+    err: unknown,
+    keys: readonly string[],
+    owner: string,
+    shared: boolean,
+  ): Promise<void> {
+    if (err instanceof DlockError && err.code !== undefined) return;
+    await this.releaseAll(keys, owner, shared).catch(() => {});
   }
 
   /** Releases one hold of each key; NOTOWNER is not an error here. */

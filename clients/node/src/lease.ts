@@ -175,8 +175,18 @@ export class Lease implements AsyncDisposable {
         }
         if (reply.status === "rejected") notOwner = reply.reason as NotOwnerError;
       }
-      // The server had ended a hold the watchdog had not yet seen end: say so.
-      if (notOwner && !wasLost) throw notOwner;
+      // The server had ended a hold the watchdog had not yet seen end: the
+      // lease is lost, and the release says so.
+      if (notOwner && !wasLost) {
+        this.lostError = new LockLostError(
+          this.keys,
+          "the server had ended the hold (NOTOWNER at release)",
+          {
+            cause: notOwner,
+          },
+        );
+        throw notOwner;
+      }
     } finally {
       if (this.session) {
         this.router.giveBack(this.session.node, this.session.blocking);

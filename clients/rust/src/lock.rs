@@ -942,3 +942,43 @@ async fn send_release(client: &Client, keys: &[Vec<u8>], owner: &[u8], shared: b
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watchdog::{judge, Renewed};
+
+    /// R6.1: a token is an exact 64-bit integer, 2^63-1 included.
+    #[test]
+    fn a_grant_keeps_a_token_of_2_63_minus_1_exactly() {
+        let max = i64::MAX;
+        let grant = Value::Array(vec![
+            Value::Int(max),
+            Value::Int(1),
+            Value::BulkString(b"owner".to_vec()),
+        ]);
+        let (token, holds) = parse_grant(grant).expect("a grant");
+        assert_eq!(token as u64, 9_223_372_036_854_775_807);
+        assert_eq!(holds, 1);
+        assert!(matches!(
+            parse_grant(Value::Nil),
+            Err(Error::UnexpectedReply(_))
+        ));
+    }
+
+    /// R3.1: a renewal is good only when it replies the guard's own token.
+    #[test]
+    fn a_renewal_with_another_token_is_a_loss() {
+        let max = i64::MAX as u64;
+        assert!(matches!(
+            judge(Some(Value::Int(i64::MAX)), Some(max)),
+            Renewed::Yes
+        ));
+        assert!(matches!(
+            judge(Some(Value::Int(i64::MAX - 1)), Some(max)),
+            Renewed::Lost
+        ));
+        assert!(matches!(judge(Some(Value::Nil), Some(max)), Renewed::Lost));
+        assert!(matches!(judge(None, Some(max)), Renewed::Retry));
+    }
+}
