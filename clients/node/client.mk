@@ -15,3 +15,11 @@ node-build: $(NODE_DIR)/node_modules/.installed
 $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund
 	touch $@
+
+# The Node client's benchmark (clients/node/bench/bench.ts): against redlock
+# and redis-semaphore on one redis-server, same run; writes
+# docs/benchmarks-node.md (QUICK=1: a short run, printed only).
+.PHONY: node-bench
+bench: node-bench
+node-bench: build node-build
+	cd $(NODE_DIR) && node dist/bench/bench.js$(if $(filter-out 0 false no,$(QUICK)), --quick,)

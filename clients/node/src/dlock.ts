@@ -232,14 +232,15 @@ export class Dlock implements AsyncDisposable {
     let since: number;
     let session: { node: string; blocking: Blocking } | undefined;
     if (!blocking) {
-      since = performance.now();
+      const stamp = { sent: performance.now() };
       let reply: Reply;
       try {
-        reply = await this.router.call(first, args);
+        reply = await this.router.call(first, args, stamp);
       } catch (err) {
         if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
         throw err;
       }
+      since = stamp.sent;
       grants = readGrants(reply, multi);
       if (signal.aborted) {
         if (grants) await release(owner).catch(() => {});

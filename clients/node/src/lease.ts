@@ -235,11 +235,15 @@ export class Lease implements AsyncDisposable {
 
   private async renewRound(): Promise<void> {
     if (this.signal.aborted) return;
-    const sent = performance.now();
     const ttl = String(this.ttl);
+    const stamps = this.keys.map(() => ({ sent: performance.now() }));
     const results = await Promise.allSettled(
-      this.keys.map((key) => this.router.call(key, ["DLOCK.RENEW", key, this.owner, ttl])),
+      this.keys.map((key, i) =>
+        this.router.call(key, ["DLOCK.RENEW", key, this.owner, ttl], stamps[i]),
+      ),
     );
+    // The renewed lease counts from the earliest of the renewals' sends.
+    const sent = Math.min(...stamps.map((stamp) => stamp.sent));
     if (this.signal.aborted) return;
     let retry = false;
     for (const [index, result] of results.entries()) {

@@ -9,6 +9,7 @@
  * @module
  */
 import { DlockError, ServerError, TimeoutError, fromReplyError } from "./errors.js";
+import { performance } from "node:perf_hooks";
 import { slotOf } from "./slots.js";
 import type { Connection, RedisArg, Reply, Transport } from "./transport.js";
 
@@ -51,6 +52,11 @@ export class Tracked {
   }
 }
 
+/** Filled with the monotonic time a command was written (after any connection was opened). */
+export interface SendStamp {
+  sent: number;
+}
+
 /** A pooled connection for one blocking wait, with its `CLIENT ID`. */
 export interface Blocking {
   readonly conn: Tracked;
@@ -59,6 +65,8 @@ export interface Blocking {
 
 interface NodeState {
   command?: Promise<Tracked>;
+  /** The command connection once open, for the hot path without a promise hop. */
+  ready?: Tracked;
   idle: Blocking[];
 }
 
@@ -152,7 +160,10 @@ export class Router {
       return current.then(
         (conn) => {
           if (!conn.closed) return conn;
-          if (state.command === current) state.command = undefined;
+          if (state.command === current) {
+            state.command = undefined;
+            state.ready = undefined;
+          }
           return this.command(node);
         },
         () => {
@@ -163,6 +174,12 @@ export class Router {
     }
     const opening = this.open(node);
     state.command = opening;
+    void opening.then(
+      (conn) => {
+        if (state.command === opening) state.ready = conn;
+      },
+      () => {},
+    );
     opening.catch(() => {
       if (state.command === opening) state.command = undefined;
     });
@@ -173,11 +190,11 @@ export class Router {
    * Sends an immediate command for `key` on the command connection of its
    * node, following `MOVED` (the command did not run there) up to 3 times.
    */
-  async call(key: string | Buffer, args: readonly RedisArg[]): Promise<Reply> {
-    let node = await this.nodeOf(key);
+  async call(key: string | Buffer, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
+    let node = this.transport.isCluster ? await this.nodeOf(key) : "";
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.callOn(node, args);
+        return await this.callOn(node, args, stamp);
       } catch (err) {
         const moved = movedTo(err);
         if (moved === undefined || attempt >= MAX_REDIRECTS) throw err;
@@ -189,8 +206,10 @@ export class Router {
   }
 
   /** Sends an immediate command on `node`'s command connection. */
-  async callOn(node: string, args: readonly RedisArg[]): Promise<Reply> {
-    const conn = await this.command(node);
+  async callOn(node: string, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
+    const ready = this.nodes.get(node)?.ready;
+    const conn = ready && !ready.closed ? ready : await this.command(node);
+    if (stamp) stamp.sent = performance.now();
     return conn.call(args, this.options.responseTimeout);
   }
 

@@ -49,13 +49,13 @@ for (const kind of serverKinds()) {
           const nodes = new Set(keys.map((key) => cluster.serverOfSlot(slotOf(key)).port));
           assert.equal(nodes.size, 3, "the keys spread over the three masters");
           const before = await movedCount();
-          const leases = await Promise.all(keys.map((key) => dlock.acquire(key, { ttl: 300 })));
+          const leases = await Promise.all(keys.map((key) => dlock.acquire(key, { ttl: 1_000 })));
           for (const [i, key] of keys.entries()) {
             const owner = cluster.serverOfSlot(slotOf(key));
             const info = await owner.info(key);
             assert.equal(BigInt(String(info?.["token"])), leases[i]?.token);
           }
-          await sleep(400); // past the lease: the watchdog renewed on the right nodes
+          await sleep(1_200); // past the lease: the watchdog renewed on the right nodes
           assert.ok(leases.every((lease) => lease.held));
           await Promise.all(leases.map((lease) => lease.release()));
           for (const key of keys)

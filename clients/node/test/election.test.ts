@@ -62,7 +62,12 @@ for (const kind of serverKinds()) {
           assert.equal(seen[1], `host#a:1@${a.term}`);
           assert.deepEqual(await election.leader().then((l) => l?.identity), "host#a:1");
           const b = election.campaign("host-b", { ttl: 1_000 });
-          await a.resign();
+          await eventually(
+            "b waits in the queue",
+            5_000,
+            async () => (await server.info(`${adapter}:e`))?.["waiting"] === "1",
+          );
+          await a.resign(); // a hand-off in one step: the observer never sees "nobody" here
           const leadership = await b;
           assert.ok(leadership.term > a.term);
           await eventually("b leads", 5_000, () => seen.length === 3);
