@@ -28,22 +28,27 @@ export class Tracked {
   /** Sends `args`; after `timeoutMs` without a reply the connection is closed and the call rejects. */
   async call(args: readonly RedisArg[], timeoutMs: number | undefined): Promise<Reply> {
     if (this.inflight++ === 0) this.conn.ref();
-    let timer: NodeJS.Timeout | undefined;
     try {
-      const reply = this.conn.call(args);
-      if (timeoutMs === undefined) return await reply;
-      const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
+      if (timeoutMs === undefined) return await this.conn.call(args);
+      return await new Promise<Reply>((resolve, reject) => {
+        const timer = setTimeout(() => {
           this.conn.close();
           reject(new TimeoutError(`no reply to ${String(args[0])} within ${timeoutMs} ms`));
         }, timeoutMs);
+        this.conn.call(args).then(
+          (reply) => {
+            clearTimeout(timer);
+            resolve(reply);
+          },
+          (err: unknown) => {
+            clearTimeout(timer);
+            reject(err);
+          },
+        );
       });
-      reply.catch(() => {});
-      return await Promise.race([reply, timeout]);
     } catch (err) {
       throw fromReplyError(err);
     } finally {
-      if (timer) clearTimeout(timer);
       if (--this.inflight === 0 && !this.conn.closed) this.conn.unref();
     }
   }

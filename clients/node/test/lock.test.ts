@@ -6,6 +6,7 @@ import {
   LockLostError,
   LeaseReleasedError,
   DeadlockError,
+  NotReplicatedError,
 } from "../src/index.js";
 import {
   ADAPTERS,
@@ -200,6 +201,14 @@ for (const kind of serverKinds()) {
           assert.equal(granted.shared, true);
           await granted.release();
           assert.equal(await server.info(k("sem")), null);
+        });
+
+        it("replicas: fewer confirmations than asked release the grant and reject", async () => {
+          await assert.rejects(
+            dlock.acquire(k("replicas"), { replicas: { count: 1, timeout: 50 } }),
+            (e) => e instanceof NotReplicatedError && e.wanted === 1 && e.acked === 0,
+          );
+          assert.equal(await server.info(k("replicas")), null);
         });
 
         it("SESSION holds end with dlock's connection", async () => {
