@@ -459,7 +459,13 @@ impl LockBuilder {
                 };
             }
         };
-        let guard = match self.granted(value, &owner, sent, None) {
+        // R3.2: the lease of a grant after a wait began when the server
+        // granted it, unknown to the client but no earlier than the reply
+        // was sent: count from when the reply was read, not from when the
+        // wait was sent (a wait longer than the lease would otherwise make
+        // the guard lost at once).
+        let granted_at = Instant::now();
+        let guard = match self.granted(value, &owner, granted_at, None) {
             Ok(guard) => guard,
             Err(error) => {
                 inner.pool.give_back(conn);
