@@ -410,6 +410,7 @@ fn random_argument_vectors_never_hurt_the_server() {
         b"DLOCK.COUNTDOWN",
         b"DLOCK.AWAIT",
         b"DLOCK.LATCHSTATE",
+        b"DLOCK.WATCH",
     ];
     let mut random = Random(0x5eed_d10c_u64);
     let mut errors = 0usize;

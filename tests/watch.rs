@@ -1,9 +1,12 @@
 //! `DLOCK.WATCH key token timeout`: waiting for a change of a lock's newest
 //! token without taking the lock (leader election). Replies at once when
-//! the token differs; otherwise blocks until a grant, a release, an expiry,
-//! DEL, FLUSHALL, RENAME or a replicated change; null at its timeout and on
-//! CLIENT UNBLOCK; never blocks inside MULTI or scripts; WRONGTYPE on other
-//! types; and every error changes nothing.
+//! the token differs; otherwise blocks until a grant (at once, by hand-off,
+//! batch or multi-key), a release, a SESSION close, a lease's end, DEL,
+//! FLUSHALL, RENAME, MOVE, SWAPDB, RESTORE, eviction or a replicated change,
+//! and answers every watcher of the key together; a re-entry, a RENEW or an
+//! older holder's change wakes nobody; null at its timeout and on CLIENT
+//! UNBLOCK; never blocks inside MULTI or scripts; works on replicas and in a
+//! grace window; WRONGTYPE on other types; and every error changes nothing.
 
 mod common;
 
@@ -149,7 +152,7 @@ fn grant_release_expiry_and_handoff_wake_it_but_reentry_and_renew_do_not() {
 fn the_end_of_a_lease_wakes_it_with_no_command_touching_the_key() {
     // Without Redis's active expiry only the module's timer ends a lease.
     let (server, mut conn) = server_without_active_expiry();
-    let (token, _, _) = acquire(&mut conn, "short", "carol", 300).unwrap();
+    let (token, _, _) = acquire(&mut conn, "short", "carol", 1_000).unwrap();
     let watcher = spawn_watch(&server, "short", token);
     assert_eq!(answer(watcher), FREE);
     assert_eq!(wakeups(&mut conn), 1);
@@ -161,18 +164,21 @@ fn the_end_of_a_lease_wakes_it_with_no_command_touching_the_key() {
     let (newer, _, _) = read(&mut conn, "brief", "300");
     let watcher = spawn_watch(&server, "doc", newer);
     assert_held(answer(watcher), older, "long", 60_000);
-    // A RENEW moves the end of the newest lease: the watcher waits for it.
-    let (token, _, _) = acquire(&mut conn, "renewed", "dave", 300).unwrap();
+    // A RENEW moves the end of the newest lease: the watcher waits for the
+    // new end, not the first.
+    let (token, _, _) = acquire(&mut conn, "renewed", "dave", 1_000).unwrap();
+    let first_end = pexpiretime(&mut conn, "renewed");
     let watcher = spawn_watch(&server, "renewed", token);
     wait_for_watchers(&mut conn, 1);
     assert_eq!(
-        int(&mut conn, &["DLOCK.RENEW", "renewed", "dave", "900"]),
+        int(&mut conn, &["DLOCK.RENEW", "renewed", "dave", "2000"]),
         token
     );
     wait_until("the first lease's end has passed", || {
-        pexpiretime(&mut conn, "renewed") < now_ms() + 500
+        now_ms() > first_end + 100
     });
-    assert!(!watcher.is_finished(), "renewed: still the same holder");
+    assert_eq!(watchers(&mut conn), 1, "renewed: still the same holder");
+    assert!(!watcher.is_finished());
     assert_eq!(answer(watcher), FREE);
 }
 
@@ -470,6 +476,24 @@ fn command_info_declares_a_read_only_blocking_command() {
         keys,
         Value::Array(vec![Value::BulkString(b"lead".to_vec())])
     );
+    let docs = format!(
+        "{:?}",
+        cmd(&mut conn, &["COMMAND", "DOCS", "dlock.watch"]).unwrap()
+    );
+    for word in ["summary", "complexity", "key", "token", "timeout"] {
+        assert!(docs.contains(word), "COMMAND DOCS lacks {word}: {docs}");
+    }
+    // A read-only ACL user may watch, and may not acquire.
+    cmd(
+        &mut conn,
+        &["ACL", "SETUSER", "reader", "on", ">pw", "%R~*", "+@all"],
+    )
+    .unwrap();
+    let mut reader = server.connect();
+    cmd(&mut reader, &["AUTH", "reader", "pw"]).unwrap();
+    assert_eq!(watch(&mut reader, "lead", 1, 0), FREE);
+    let error = error_of(&mut reader, &["DLOCK.ACQUIRE", "lead", "me", "1000"]);
+    assert!(error.starts_with("NOPERM"), "{error}");
 }
 
 #[test]
@@ -506,4 +530,118 @@ fn session_close_move_and_swapdb_wake_it() {
     cmd(&mut conn, &["SWAPDB", "0", "1"]).unwrap();
     assert_held(answer(swapped), token, "alice", 60_000);
     assert_eq!(watchers(&mut conn), 0);
+}
+
+#[test]
+fn a_promoted_replica_ends_the_leases_its_watchers_wait_on() {
+    let master = Server::start();
+    let replica = replica_of(&master, &["--enable-debug-command", "yes"]);
+    let mut conn = master.connect();
+    let mut on_replica = replica.connect();
+    // Only the module's timer may end the lease on the promoted replica.
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(&mut on_replica)
+        .unwrap();
+    let (token, _, _) = acquire(&mut conn, "lead", "leader", 2_000).unwrap();
+    wait_for_replica(&mut conn);
+    let follower = spawn_watch(&replica, "lead", token);
+    wait_for_watchers(&mut on_replica, 1);
+    cmd(&mut on_replica, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert_eq!(answer(follower), FREE);
+}
+
+#[test]
+fn batch_grants_and_multi_key_grants_wake_it() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    // A writer's release grants two queued readers in one step: the watcher
+    // is told the newer of the two.
+    let (token, _, _) = acquire(&mut conn, "doc", "writer", 60_000).unwrap();
+    let mut readers = Vec::new();
+    for (queued, owner) in ["r1", "r2"].into_iter().enumerate() {
+        readers.push(spawn_command(
+            &server,
+            &[
+                "DLOCK.ACQUIRE",
+                "doc",
+                owner,
+                "60000",
+                "SHARED",
+                "BLOCK",
+                "0",
+            ],
+        ));
+        wait_for_waiting(&mut conn, "doc", queued as i64 + 1);
+    }
+    let watcher = spawn_watch(&server, "doc", token);
+    wait_for_watchers(&mut conn, 1);
+    assert_eq!(release(&mut conn, "doc", "writer"), 0);
+    let granted: Vec<i64> = readers.into_iter().map(|r| r.granted().0 .0).collect();
+    let newest = *granted.iter().max().unwrap();
+    assert_held(answer(watcher), newest, "r2", 60_000);
+
+    // A multi-key grant answers the watchers of every key.
+    let first = spawn_watch(&server, "{m}a", 0);
+    let second = spawn_watch(&server, "{m}b", 0);
+    wait_for_watchers(&mut conn, 2);
+    let reply = cmd(
+        &mut conn,
+        &["DLOCK.MACQUIRE", "2", "{m}a", "{m}b", "both", "60000"],
+    )
+    .unwrap();
+    assert!(matches!(reply, Value::Array(_)), "{reply:?}");
+    assert_eq!(answer(first).unwrap().1.as_deref(), Some(&b"both"[..]));
+    assert_eq!(answer(second).unwrap().1.as_deref(), Some(&b"both"[..]));
+}
+
+#[test]
+fn another_type_arriving_at_a_watched_key_is_no_holder() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let watcher = spawn_watch(&server, "job", 0);
+    wait_for_watchers(&mut conn, 1);
+    // A latch, then a string, at the watched key; the lock commands that
+    // meet them fail with WRONGTYPE and the watcher waits on.
+    assert_eq!(int(&mut conn, &["DLOCK.LATCH", "job", "2", "60000"]), 1);
+    for args in [
+        &["DLOCK.ACQUIRE", "job", "alice", "60000"][..],
+        &["DLOCK.RELEASE", "job", "alice"],
+        &["DLOCK.ACQUIRE", "job", "alice", "60000", "SHARED"],
+    ] {
+        assert!(error_of(&mut conn, args).starts_with("WRONGTYPE"));
+    }
+    cmd(&mut conn, &["SET", "job", "v"]).unwrap();
+    assert!(
+        error_of(&mut conn, &["DLOCK.ACQUIRE", "job", "alice", "60000"]).starts_with("WRONGTYPE")
+    );
+    cmd(&mut conn, &["RENAME", "job", "job2"]).unwrap();
+    assert_eq!(watchers(&mut conn), 1);
+    assert!(!watcher.is_finished());
+    let (token, _, _) = acquire(&mut conn, "job", "alice", 60_000).unwrap();
+    assert_held(answer(watcher), token, "alice", 60_000);
+}
+
+#[test]
+fn eviction_wakes_it() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let (token, _, _) = acquire(&mut conn, "job", "holder", 60_000).unwrap();
+    let watcher = spawn_watch(&server, "job", token);
+    wait_for_watchers(&mut conn, 1);
+    // Filler without a ttl: under volatile-ttl the lock (which has one) is
+    // the only key Redis may evict.
+    let filler = "x".repeat(10_000);
+    for i in 0..200 {
+        cmd(&mut conn, &["SET", &format!("filler:{i}"), &filler]).unwrap();
+    }
+    config_set(&mut conn, "maxmemory-policy", "volatile-ttl");
+    let used = info_number(&mut conn, "memory", "used_memory");
+    config_set(&mut conn, "maxmemory", &(used / 2).to_string());
+    // A write makes Redis evict (it may also refuse it with OOM).
+    let _ = cmd(&mut conn, &["SET", "trigger", "1"]);
+    assert_eq!(answer(watcher), FREE);
+    assert_ne!(info_field(&mut conn, "stats", "evicted_keys"), "0");
+    config_set(&mut conn, "maxmemory", "0");
 }

@@ -70,6 +70,7 @@ unsafe extern "C" fn on_role_change(
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
         let ctx = Ctx::from_raw(ctx);
         let _ = std::panic::catch_unwind(|| grace::open(ctx, "promoted to master"));
+        let _ = std::panic::catch_unwind(|| watchers::recheck_all(ctx));
     }
 }
 

@@ -7,7 +7,8 @@
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_long, c_longlong, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
@@ -167,18 +168,26 @@ impl Ctx {
     fn open_lock_mode(self, name: KeyName, mode: u32) -> Result<LockKey, CommandError> {
         let key =
             api!(RedisModule_OpenKey(self.raw, name.raw, mode as c_int) else std::ptr::null_mut());
-        let writable = mode & raw::REDISMODULE_WRITE != 0;
-        if key.is_null() {
+        // Not writable (not told to the close observer, which reads the
+        // value as a lock) until the key is known to be empty or a lock.
+        let mut key = LockKey {
+            raw: key,
+            writable: false,
+        };
+        if key.raw.is_null() {
             // Read-only opening of a missing key returns NULL on old servers.
-            return Ok(LockKey { raw: key, writable });
-        }
-        let key = LockKey { raw: key, writable };
-        let key_type = api!(RedisModule_KeyType(key.raw) else 0) as isize;
-        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY {
             return Ok(key);
         }
-        let module_type = api!(RedisModule_ModuleTypeGetType(key.raw) else std::ptr::null_mut());
-        if key_type == raw::REDISMODULE_KEYTYPE_MODULE && module_type == lock_type() {
+        let key_type = api!(RedisModule_KeyType(key.raw) else 0) as isize;
+        let module_type = if key_type == raw::REDISMODULE_KEYTYPE_MODULE {
+            api!(RedisModule_ModuleTypeGetType(key.raw) else std::ptr::null_mut())
+        } else {
+            std::ptr::null_mut()
+        };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY
+            || (!module_type.is_null() && module_type == lock_type())
+        {
+            key.writable = mode & raw::REDISMODULE_WRITE != 0;
             Ok(key)
         } else {
             Err(CommandError::WrongType)
@@ -636,11 +645,11 @@ pub type CloseObserver = fn(i32, &[u8], Option<&Lock>);
 /// state, a timer's hand-off or expiry, a SESSION closing) ends with the
 /// lock's key, opened for writing, being closed: the one place where
 /// `DLOCK.WATCH` learns of them all. Set once, from the module's init.
-static CLOSE_OBSERVER: std::sync::OnceLock<CloseObserver> = std::sync::OnceLock::new();
+static CLOSE_OBSERVER: OnceLock<CloseObserver> = OnceLock::new();
 
 /// Whether the observer is told at all: only while some client watches,
 /// so that closing a key costs one load otherwise.
-static CLOSES_OBSERVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static CLOSES_OBSERVED: AtomicBool = AtomicBool::new(false);
 
 /// Sets the observer of closing lock keys (once; later calls change nothing).
 pub fn set_close_observer(observer: CloseObserver) {

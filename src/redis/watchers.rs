@@ -337,7 +337,8 @@ pub fn key_removed(db: i32, key: &[u8]) {
 }
 
 /// Reads the key `key` in the database selected in `ctx` and answers its
-/// watchers whose token differs. Another type counts as no holder.
+/// watchers whose token differs; the others are looked at again just after
+/// the newest lease's end. Another type counts as no holder.
 fn recheck(ctx: Ctx, key: &[u8]) {
     let name = ctx.key_name(key);
     let newest = match ctx.open_lock(name.name(), false) {
@@ -350,10 +351,14 @@ fn recheck(ctx: Ctx, key: &[u8]) {
         }
         Err(_) => None,
     };
-    answer_changed(ctx.selected_db(), key, newest);
+    let deadline_ms = newest.as_ref().map(|newest| newest.deadline_ms);
+    let db = ctx.selected_db();
+    if let (true, Some(deadline_ms)) = (answer_changed(db, key, newest), deadline_ms) {
+        scheduler::wake_at(deadline_ms.saturating_add(1), db, key);
+    }
 }
 
-/// Rereads every watched key of the databases `dbs` selects (None: all).
+/// Rereads every watched key of the databases that `selects` accepts.
 fn recheck_where(ctx: Ctx, selects: impl Fn(i32) -> bool) {
     let places: Vec<(i32, Box<[u8]>)> = BY_KEY
         .try_with(|by_key| {
@@ -384,7 +389,8 @@ pub fn recheck_databases(ctx: Ctx, first: i32, second: i32) {
     recheck_where(ctx, |db| db == first || db == second);
 }
 
-/// A replica loaded a new data set: every watched key is read again.
+/// A replica loaded a new data set, or a replica became a master (whose
+/// timer now ends leases): every watched key is read again.
 pub fn recheck_all(ctx: Ctx) {
     recheck_where(ctx, |_| true);
 }
