@@ -27,7 +27,7 @@ fn master() -> Server {
     ])
 }
 
-/// DLOCK.INFO fields of `key`, the leases left (`pttl`, and the last
+/// DLOCK.INFO fields of `key`, the leases left (`pttl`, and the fifth
 /// element of each `holders` entry) left out.
 fn state_without_pttl(conn: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
     info(conn, key).map(|fields| {
@@ -39,8 +39,8 @@ fn state_without_pttl(conn: &mut Connection, key: &str) -> Option<Vec<(String, V
                     let holders = holders
                         .into_iter()
                         .map(|holder| match holder {
-                            Value::Array(mut fields) => {
-                                fields.pop();
+                            Value::Array(mut fields) if fields.len() > 4 => {
+                                fields.remove(4);
                                 Value::Array(fields)
                             }
                             other => other,

@@ -79,19 +79,22 @@ fn queue_detail(info: &[(String, Value)]) -> Vec<QueueEntry> {
                     "kind",
                     "mode",
                     "limit",
+                    "weight",
                     "waited-ms",
                     "expires-in-ms",
                     "client-id"
                 ]
             );
+            // Nothing here asks for a WEIGHT (tests/weights.rs does).
+            assert_eq!(int(&entry[4].1), 1, "the default weight");
             (
                 text(&entry[0].1),
                 text(&entry[1].1),
                 text(&entry[2].1),
                 entry[3].1.clone(),
-                int(&entry[4].1),
                 int(&entry[5].1),
-                entry[6].1.clone(),
+                int(&entry[6].1),
+                entry[7].1.clone(),
             )
         })
         .collect()
@@ -140,8 +143,9 @@ fn a_missing_key_is_null_and_the_plain_reply_is_unchanged() {
     expected.extend(["queue-detail", "holders-detail"]);
     assert_eq!(names, expected);
     // The two replies come a moment apart: remaining times may differ by
-    // the millisecond that passed (the lock's and each holder's, the last
-    // element of a `holders` entry); everything else is the same.
+    // the millisecond that passed (the lock's and each holder's, the fifth
+    // of the six elements of a `holders` entry, before the weight);
+    // everything else is the same.
     let without_pttls = |name: &str, value: &Value| -> Value {
         match (name, value) {
             ("pttl", _) => Value::Nil,
@@ -150,9 +154,13 @@ fn a_missing_key_is_null_and_the_plain_reply_is_unchanged() {
                     .iter()
                     .map(|holder| match holder {
                         Value::Array(items) => {
-                            let pttl = int(items.last().expect("a holder's pttl"));
+                            assert_eq!(items.len(), 6, "{holder:?}");
+                            let pttl = int(&items[4]);
                             assert!((1..=30_000).contains(&pttl), "{holder:?}");
-                            Value::Array(items[..items.len() - 1].to_vec())
+                            assert_eq!(int(&items[5]), 1, "an exclusive hold weighs 1");
+                            let mut items = items.clone();
+                            items.remove(4);
+                            Value::Array(items)
                         }
                         other => other.clone(),
                     })

@@ -1574,7 +1574,13 @@ fn the_checker_reports_each_kind_of_violation() {
 //   newer token was seen) is refused;
 // * semaphore: every request of key k carries LIMIT `limit_of(k)`; checked:
 //   never more owners certainly holding the key at one instant than its
-//   limit.
+//   limit;
+// * weighted semaphore: the same, each request also with a WEIGHT from 1
+//   to the LIMIT (random per owner and key: one owner has one weight per
+//   lock, and its re-entries repeat it); checked: the weights of the owners
+//   certainly holding the key at one instant never add up to more than its
+//   limit, and every grant reply's holds count matches (the resource is
+//   read under each hold's token, as a fenced store is).
 //
 // Both: every new hold (and upgrade) has a token of its own, larger than
 // every token whose grant reply arrived before it was requested; grant and
@@ -1590,11 +1596,23 @@ fn the_checker_reports_each_kind_of_violation() {
 enum Mode {
     ReadWrite,
     Semaphore,
+    Weighted,
 }
 
 /// The LIMIT of key `key` in semaphore mode.
 fn limit_of(key: usize) -> u64 {
     [2, 3, 5][key % 3]
+}
+
+/// The WEIGHT of owner generation `generation` of worker `index` on key
+/// `key` in weighted mode: 1..=LIMIT, spread over workers and keys, fixed
+/// for an owner and key (one weight per owner and lock).
+fn weight_of(index: usize, generation: u64, key: usize) -> u64 {
+    let mixed = (index as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(generation.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        .wrapping_add(key as u64 * 0x94D0_49BB_1331_11EB);
+    1 + (mixed >> 33) % limit_of(key)
 }
 
 /// One owner's hold (one token), in either or both modes.
@@ -1605,6 +1623,8 @@ struct ModeHold {
     token: u64,
     exclusive: u64,
     shared: u64,
+    /// The permits its shared holds take (WEIGHT; 1 outside weighted mode).
+    weight: u64,
     session: bool,
     conn: i64,
     sent: i64,
@@ -1695,6 +1715,7 @@ impl ModeWorker {
         block_ms: Option<u64>,
         session: bool,
     ) -> Vec<String> {
+        let weight = self.weight(key);
         let rng = &mut self.worker.rng;
         let mut groups: Vec<Vec<String>> = Vec::new();
         if shared {
@@ -1702,6 +1723,10 @@ impl ModeWorker {
             match self.mode {
                 Mode::Semaphore => {
                     groups.push(vec!["LIMIT".to_string(), limit_of(key).to_string()]);
+                }
+                Mode::Weighted => {
+                    groups.push(vec!["LIMIT".to_string(), limit_of(key).to_string()]);
+                    groups.push(vec!["WEIGHT".to_string(), weight.to_string()]);
                 }
                 Mode::ReadWrite if rng.percent(10) => {
                     groups.push(vec!["LIMIT".to_string(), "1000".to_string()]);
@@ -1720,6 +1745,14 @@ impl ModeWorker {
             groups.swap(i, j);
         }
         groups.into_iter().flatten().collect()
+    }
+
+    /// This owner's weight on `key` (1 outside weighted mode).
+    fn weight(&self, key: usize) -> u64 {
+        match self.mode {
+            Mode::Weighted => weight_of(self.worker.index, self.worker.generation, key),
+            Mode::ReadWrite | Mode::Semaphore => 1,
+        }
     }
 
     fn try_to_hold(&mut self, key: usize) {
@@ -1802,6 +1835,7 @@ impl ModeWorker {
                     token,
                     exclusive: writer as u64,
                     shared: !writer as u64,
+                    weight: if writer { 1 } else { self.weight(key) },
                     session,
                     conn: self.worker.conn_id,
                     sent,
@@ -1827,7 +1861,13 @@ impl ModeWorker {
 
     /// Reads or writes the key's fenced resource under the hold's token.
     fn touch_resource(&mut self, hold: &ModeHold) {
-        if self.mode == Mode::Semaphore {
+        if self.mode != Mode::ReadWrite {
+            // A semaphore's permits guard no single writer: its holders
+            // read under their tokens.
+            let mut fence = self.worker.shared.fences[hold.key].lock().unwrap();
+            fence.observe(hold.token, &hold.owner);
+            drop(fence);
+            self.log.counters.reads += 1;
             return;
         }
         if hold.exclusive > 0 {
@@ -2025,6 +2065,7 @@ impl ModeWorker {
                         token,
                         exclusive: !shared as u64,
                         shared: shared as u64,
+                        weight: hold.weight,
                         session: hold.session,
                         conn: self.worker.conn_id,
                         sent,
@@ -2257,6 +2298,12 @@ struct ModeFindings {
     windows_checked: u64,
     /// The most owners certainly holding one key at one instant.
     most_at_once: usize,
+    /// The most permits (weights added up) certainly held on one key at
+    /// one instant.
+    most_permits: u64,
+    /// Instants at which several owners certainly held one key and one of
+    /// them more than one permit.
+    heavy_overlaps: u64,
 }
 
 impl ModeFindings {
@@ -2381,14 +2428,27 @@ fn check_modes(
                 }
             }
             if !exclusive {
-                let mut owners: Vec<&str> = active
+                let mut owners: Vec<(&str, u64)> = active
                     .iter()
                     .filter(|(_, _, x, _)| !x)
-                    .map(|(_, _, _, h)| h.owner.as_str())
-                    .chain([hold.owner.as_str()])
+                    .map(|(_, _, _, h)| (h.owner.as_str(), h.weight))
+                    .chain([(hold.owner.as_str(), hold.weight)])
                     .collect();
                 owners.sort();
-                owners.dedup();
+                owners.dedup_by_key(|(owner, _)| *owner);
+                let permits: u64 = owners.iter().map(|(_, weight)| weight).sum();
+                findings.most_permits = findings.most_permits.max(permits);
+                if owners.len() >= 2 && permits > owners.len() as u64 {
+                    findings.heavy_overlaps += 1;
+                }
+                if mode == Mode::Weighted && permits > limit_of(key) {
+                    findings.flag(format!(
+                        "{permits} permits held on {} (LIMIT {}) at {start}: {owners:?}",
+                        key_name(key),
+                        limit_of(key)
+                    ));
+                }
+                let owners: Vec<&str> = owners.iter().map(|(owner, _)| *owner).collect();
                 findings.most_at_once = findings.most_at_once.max(owners.len());
                 if mode == Mode::Semaphore && owners.len() as u64 > limit_of(key) {
                     findings.flag(format!(
@@ -2564,12 +2624,13 @@ fn run_mode(mode: Mode) -> (ModeFindings, Counters, ModeCounters) {
         counters.disconnects,
     );
     eprintln!(
-        "stress {mode:?}: checked {} token orderings, {} windows, {} FIFO orderings from {} queue snapshots; at most {} owners at once",
+        "stress {mode:?}: checked {} token orderings, {} windows, {} FIFO orderings from {} queue snapshots; at most {} owners, {} permits at once",
         findings.pairs_ordered,
         findings.windows_checked,
         fifo.fifo_checks,
         snapshots.len(),
-        findings.most_at_once
+        findings.most_at_once,
+        findings.most_permits
     );
     let violations: Vec<String> = findings
         .violations
@@ -2618,6 +2679,20 @@ fn a_semaphore_never_has_more_holders_than_its_limit() {
     );
 }
 
+#[test]
+fn a_weighted_semaphore_never_holds_more_permits_than_its_limit() {
+    let (findings, _, counters) = run_mode(Mode::Weighted);
+    assert!(counters.shared_grants > 0 && counters.exclusive_grants == 0);
+    assert!(
+        findings.most_permits <= limit_of(2),
+        "checked against the largest LIMIT"
+    );
+    assert!(
+        findings.heavy_overlaps > 0,
+        "no owner ever held more than one permit beside another"
+    );
+}
+
 /// The shared-mode checker itself: a clean history passes, and a writer
 /// overlapping a reader, or a semaphore over its limit, is reported.
 #[test]
@@ -2628,6 +2703,7 @@ fn the_shared_checker_reports_overlaps_and_overfull_semaphores() {
         token,
         exclusive: 0,
         shared: 0,
+        weight: 1,
         session: false,
         conn: token as i64,
         sent: recv - 10,
@@ -2684,6 +2760,20 @@ fn the_shared_checker_reports_overlaps_and_overfull_semaphores() {
     assert!(found.iter().any(|v| v.contains("LIMIT 2")), "{found:?}");
     assert_eq!(
         run(three[..2].to_vec(), Mode::Semaphore),
+        Vec::<String>::new()
+    );
+    // Weights 1 and 2 of a LIMIT 2 key: over; 1 and 1: within.
+    let mut heavy = three[..2].to_vec();
+    heavy[1].weight = 2;
+    let found = run(heavy, Mode::Weighted);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("3 permits") && v.contains("LIMIT 2")),
+        "{found:?}"
+    );
+    assert_eq!(
+        run(three[..2].to_vec(), Mode::Weighted),
         Vec::<String>::new()
     );
 }

@@ -454,6 +454,37 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_weight_follows_every_change() {
+        let weighted = |owner: &str, shared: u32, weight: u32| Hold {
+            weight,
+            ..hold(owner, 0, shared, 100)
+        };
+        let mut holders = Holders::default();
+        holders.insert(weighted("a", 1, 3));
+        assert_eq!(holders.shared_weight(), 3);
+        holders.insert(weighted("b", 2, 2));
+        holders.insert(hold("x", 1, 0, 100));
+        assert_eq!(
+            holders.shared_weight(),
+            5,
+            "an exclusive-only hold takes none"
+        );
+        holders.update(b"b", |h| h.shared = 1);
+        assert_eq!(holders.shared_weight(), 5, "re-entries share one weight");
+        holders.update(b"b", |h| {
+            h.shared = 0;
+            h.exclusive = 1;
+        });
+        assert_eq!(holders.shared_weight(), 3);
+        holders.remove(b"x");
+        holders.remove(b"b");
+        assert!(!holders.is_many());
+        assert_eq!(holders.shared_weight(), 3, "inline again");
+        assert_eq!(holders.remove_expired(101).len(), 1);
+        assert_eq!(holders.shared_weight(), 0);
+    }
+
+    #[test]
     fn expired_and_session_holders_are_removed_by_index() {
         let mut holders = Holders::default();
         for (i, owner) in ["a", "b", "c", "d"].iter().enumerate() {

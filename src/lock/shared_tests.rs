@@ -323,7 +323,7 @@ proptest! {
             model.expire(now);
             let mut step = Step::new(now, &issue, &present);
             match op {
-                Op::Acquire { owner, want, ttl } | Op::Block { owner, want, ttl } | Op::Fair { owner, want, ttl }
+                Op::Acquire { owner, want, .. } | Op::Block { owner, want, .. } | Op::Fair { owner, want, .. }
                     if model.weight_conflict(owner, want) =>
                 {
                     // Refused before anything changes.

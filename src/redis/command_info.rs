@@ -75,7 +75,14 @@ const LIMIT: Arg = Arg {
     kind: INTEGER,
     token: Some(c"LIMIT"),
     optional: true,
-    summary: c"with SHARED: at most this many owners holding the lock shared, the caller included",
+    summary: c"with SHARED: at most this many permits held shared (each owner's weight, 1 without WEIGHT), the caller's included",
+};
+const WEIGHT: Arg = Arg {
+    name: c"weight",
+    kind: INTEGER,
+    token: Some(c"WEIGHT"),
+    optional: true,
+    summary: c"with SHARED and LIMIT: the permits this owner takes (1 to the LIMIT)",
 };
 const FULL: Arg = Arg {
     name: c"full",
@@ -104,7 +111,7 @@ pub const COMMAND_INFO: &[Info] = &[
         complexity: c"O(log N) where N is the number of queued clients and holders",
         arity: -4,
         key_flags: RW_ACCESS,
-        args: &[OWNER, TTL, SHARED, LIMIT, BLOCK, SESSION],
+        args: &[OWNER, TTL, SHARED, LIMIT, WEIGHT, BLOCK, SESSION],
     },
     Info {
         name: c"dlock.fair",
@@ -112,7 +119,7 @@ pub const COMMAND_INFO: &[Info] = &[
         complexity: c"O(log N) where N is the number of queued clients and holders",
         arity: -4,
         key_flags: RW_ACCESS,
-        args: &[OWNER, TTL, SHARED, LIMIT, BLOCK, SESSION],
+        args: &[OWNER, TTL, SHARED, LIMIT, WEIGHT, BLOCK, SESSION],
     },
     Info {
         name: c"dlock.release",
@@ -247,6 +254,7 @@ pub const MULTI_KEY_COMMAND_INFO: &[Info] = &[Info {
         TTL,
         SHARED,
         LIMIT,
+        WEIGHT,
         BLOCK,
         SESSION,
     ],

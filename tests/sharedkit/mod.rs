@@ -95,6 +95,8 @@ pub struct Holder {
     pub shared: i64,
     pub token: i64,
     pub pttl: i64,
+    /// The permits its shared holds take (1 for exclusive and unweighted).
+    pub weight: i64,
 }
 
 impl Holder {
@@ -131,13 +133,14 @@ pub fn parse_holders(value: &Value) -> Vec<Holder> {
         .iter()
         .map(|entry| match entry {
             Value::Array(items) => match items.as_slice() {
-                [owner, Value::Int(exclusive), Value::Int(shared), Value::Int(token), Value::Int(pttl)] => {
+                [owner, Value::Int(exclusive), Value::Int(shared), Value::Int(token), Value::Int(pttl), Value::Int(weight)] => {
                     Holder {
                         owner: text(owner),
                         exclusive: *exclusive,
                         shared: *shared,
                         token: *token,
                         pttl: *pttl,
+                        weight: *weight,
                     }
                 }
                 other => panic!("not a holders entry: {other:?}"),
