@@ -1,0 +1,388 @@
+/**
+ * The client: {@link Dlock}.
+ *
+ * @module
+ */
+import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
+import { type ClientLike, toTransport } from "./adapters.js";
+import {
+  DlockError,
+  LockBusyError,
+  NotOwnerError,
+  NotReplicatedError,
+  UnexpectedReplyError,
+} from "./errors.js";
+import { ABORTED, raceAbort } from "./abort.js";
+import { Lease } from "./lease.js";
+import { Latch, Semaphore } from "./primitives.js";
+import { Election } from "./election.js";
+import { type Grant, toGrant, toNumber } from "./replies.js";
+import { type Blocking, Router } from "./router.js";
+import { slotOf } from "./slots.js";
+import type { RedisArg, Reply } from "./transport.js";
+
+/** Settings of a {@link Dlock}; every one has a default. */
+export interface DlockOptions {
+  /** Default lease, ms. Default 30000. */
+  ttl?: number;
+  /** Renew each lease every `ttl / renewDivisor`. Default 3. */
+  renewDivisor?: number;
+  /** Fixed part of the margin by which a lease counts as lost before it ends, ms. Default 5. */
+  safetyMargin?: number;
+  /** Part of that margin proportional to the lease. Default 0.01. */
+  clockDrift?: number;
+  /** A blocking wait's read timeout is the wait plus this, ms. Default 2000. */
+  waitMargin?: number;
+  /** Reply timeout of immediate commands, ms. Default 5000. */
+  responseTimeout?: number;
+  /** Idle connections kept per server for blocking waits. Default 16. */
+  maxIdle?: number;
+}
+
+/** Options of one lock request. */
+export interface AcquireOptions {
+  /** The lease, ms (the command's `ttl`). Default: the client's `ttl` (30 s). */
+  ttl?: number;
+  /** How long to wait in the lock's queue, ms (`BLOCK`). `Infinity` waits forever. Default: no wait. */
+  wait?: number;
+  /** Aborting it ends the wait (with `CLIENT UNBLOCK`) and rejects with `signal.reason`. */
+  signal?: AbortSignal;
+  /** The owner name; default a new UUID per lease. Pass one only to re-enter a lock you hold. */
+  owner?: string;
+  /** `DLOCK.FAIR` instead of `DLOCK.ACQUIRE` (single keys only). */
+  fair?: boolean;
+  /** `SESSION`: the hold ends when dlock's connection closes. */
+  session?: boolean;
+  /** `SHARED`: a read lock or a semaphore permit. */
+  shared?: boolean;
+  /** `LIMIT n` (with `shared`): a semaphore of `n` permits. */
+  limit?: number;
+  /** `WEIGHT w` (with `shared` and `limit`): take `w` permits. */
+  weight?: number;
+  /** After the grant, `WAIT count timeout`; fewer confirmations release it and reject. */
+  replicas?: { count: number; timeout: number };
+  /** The watchdog's period for this lease, ms. Default `ttl / renewDivisor`. */
+  renewEvery?: number;
+  /** False: no watchdog renewals (the lease still counts as lost at its deadline). Default true. */
+  autoRenew?: boolean;
+}
+
+const DEFAULTS: Required<DlockOptions> = {
+  ttl: 30_000,
+  renewDivisor: 3,
+  safetyMargin: 5,
+  clockDrift: 0.01,
+  waitMargin: 2_000,
+  responseTimeout: 5_000,
+  maxIdle: 16,
+};
+
+const NO_ABORT = new AbortController().signal;
+
+/**
+ * A dlock client over a node-redis or ioredis client or cluster.
+ *
+ * ```ts
+ * const dlock = new Dlock(redisClient);
+ * await using lease = await dlock.acquire("orders:42", { wait: 10_000 });
+ * await pay(42, lease.token, { signal: lease.signal });
+ * ```
+ *
+ * It opens its own connections (duplicates of the client passed): close it
+ * with {@link Dlock.close} (or `await using`). Idle connections and the
+ * watchdog's timers never keep the process alive.
+ */
+export class Dlock implements AsyncDisposable {
+  /** @internal */
+  readonly router: Router;
+  /** The settings in force. */
+  readonly options: Readonly<Required<DlockOptions>>;
+
+  constructor(client: ClientLike, options: DlockOptions = {}) {
+    this.options = { ...DEFAULTS, ...options };
+    this.router = new Router(toTransport(client), {
+      responseTimeout: this.options.responseTimeout,
+      maxIdle: this.options.maxIdle,
+    });
+  }
+
+  /** Takes the lock on `key`; rejects with {@link LockBusyError} when not granted in the wait. */
+  async acquire(key: string, options: AcquireOptions = {}): Promise<Lease> {
+    const lease = await this.grant([key], false, options);
+    if (!lease) throw new LockBusyError([key]);
+    return lease;
+  }
+
+  /** Like {@link Dlock.acquire}, but resolves to `null` when busy. */
+  tryAcquire(key: string, options: AcquireOptions = {}): Promise<Lease | null> {
+    return this.grant([key], false, options);
+  }
+
+  /**
+   * Takes every key in one atomic step (`DLOCK.MACQUIRE`), or none. In a
+   * Cluster the keys must share a slot (use a hash tag: `{order:42}:a`).
+   */
+  async acquireMany(keys: readonly string[], options: AcquireOptions = {}): Promise<Lease> {
+    const lease = await this.grant(keys, true, options);
+    if (!lease) throw new LockBusyError(keys);
+    return lease;
+  }
+
+  /** {@link Dlock.acquireMany} that resolves to `null` when busy. */
+  tryAcquireMany(keys: readonly string[], options: AcquireOptions = {}): Promise<Lease | null> {
+    return this.grant(keys, true, options);
+  }
+
+  /** A read lock: a shared hold (readers share; a writer excludes everyone). */
+  readLock(key: string, options: AcquireOptions = {}): Promise<Lease> {
+    return this.acquire(key, { ...options, shared: true, limit: undefined });
+  }
+
+  /** A write lock: an exclusive hold of the same key. */
+  writeLock(key: string, options: AcquireOptions = {}): Promise<Lease> {
+    return this.acquire(key, { ...options, shared: false, limit: undefined });
+  }
+
+  /** A semaphore of `limit` permits on `key` (weights with `acquire({ weight })`). */
+  semaphore(key: string, limit: number): Semaphore {
+    return new Semaphore(this, key, limit);
+  }
+
+  /** Leader election on the lock at `key` (campaign, leader, observe, resign). */
+  election(key: string): Election {
+    return new Election(this, key);
+  }
+
+  /** The count-down latch at `key`. */
+  latch(key: string): Latch {
+    return new Latch(this, key);
+  }
+
+  /**
+   * Runs `routine` under the lock and releases it after. `signal` aborts when
+   * the lease is lost (or `options.signal` aborts): stop the work then.
+   */
+  async withLock<T>(
+    key: string,
+    options: AcquireOptions,
+    routine: (lease: Lease, signal: AbortSignal) => Promise<T> | T,
+  ): Promise<T> {
+    const lease = await this.acquire(key, options);
+    try {
+      const signal = options.signal
+        ? AbortSignal.any([lease.signal, options.signal])
+        : lease.signal;
+      return await routine(lease, signal);
+    } finally {
+      await lease.release();
+    }
+  }
+
+  /** Closes dlock's connections. Leases still held end with their lease on the server. */
+  async close(): Promise<void> {
+    this.router.close();
+  }
+
+  /** Closes: `await using dlock = new Dlock(client)`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  /** @internal Builds and sends an acquire; null when not granted. */
+  async grant(
+    keys: readonly string[],
+    multi: boolean,
+    options: AcquireOptions,
+  ): Promise<Lease | null> {
+    const signal = options.signal ?? NO_ABORT;
+    signal.throwIfAborted();
+    if (keys.length === 0) throw new DlockError("no key to lock");
+    const ttl = options.ttl ?? this.options.ttl;
+    if (!Number.isSafeInteger(ttl) || ttl <= 0)
+      throw new DlockError(`invalid ttl ${ttl}: a positive integer of ms`);
+    if (multi && options.fair) throw new DlockError("fair is for single keys");
+    const owner = options.owner ?? randomUUID();
+    const generated = options.owner === undefined;
+    const first = keys[0] as string;
+    const args: RedisArg[] = multi
+      ? ["DLOCK.MACQUIRE", String(keys.length), ...keys, owner, String(ttl)]
+      : [options.fair ? "DLOCK.FAIR" : "DLOCK.ACQUIRE", first, owner, String(ttl)];
+    if (options.shared) args.push("SHARED");
+    if (options.limit !== undefined) args.push("LIMIT", String(options.limit));
+    if (options.weight !== undefined && options.weight !== 1)
+      args.push("WEIGHT", String(options.weight));
+    if (options.session) args.push("SESSION");
+    if (this.router.transport.isCluster && multi) {
+      const slot = slotOf(first);
+      const other = keys.find((key) => slotOf(key) !== slot);
+      if (other !== undefined) {
+        throw new DlockError(
+          `CROSSSLOT keys ${first} and ${other} are in different slots: use a hash tag`,
+          "CROSSSLOT",
+        );
+      }
+    }
+    const wait = options.wait ?? 0;
+    const blocking = wait > 0 || options.replicas !== undefined || options.session === true;
+    const release = (grantOwner: string) =>
+      this.releaseAll(keys, grantOwner, options.shared === true);
+
+    let grants: Grant[] | null;
+    let since: number;
+    let session: { node: string; blocking: Blocking } | undefined;
+    if (!blocking) {
+      const stamp = { sent: performance.now() };
+      let reply: Reply;
+      try {
+        reply = await this.router.call(first, args, stamp);
+      } catch (err) {
+        if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
+        throw err;
+      }
+      since = stamp.sent;
+      grants = readGrants(reply, multi);
+      if (signal.aborted) {
+        if (grants) await release(owner).catch(() => {});
+        throw signal.reason;
+      }
+    } else {
+      if (wait > 0) args.push("BLOCK", Number.isFinite(wait) ? String(Math.ceil(wait)) : "0");
+      const node = await this.router.nodeOf(first);
+      const conn = await this.router.takeBlocking(node);
+      let giveBack = true;
+      try {
+        since = performance.now();
+        const timeout = Number.isFinite(wait) ? wait + this.options.waitMargin : undefined;
+        const pending = conn.conn.call(args, timeout);
+        pending.catch(() => {});
+        const outcome = await raceAbort(pending, signal).catch(async (err: unknown) => {
+          if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
+          throw err;
+        });
+        if (outcome === ABORTED) {
+          giveBack = false;
+          await this.cancelWait(
+            node,
+            conn,
+            pending,
+            keys,
+            owner,
+            generated,
+            options.shared === true,
+          );
+          throw signal.reason;
+        }
+        grants = readGrants(outcome, multi);
+        // A blocked grant's lease starts when the server grants it: count from the reply.
+        if (wait > 0) since = performance.now();
+        if (grants && options.replicas) {
+          const acked = toNumber(
+            await conn.conn.call(
+              ["WAIT", String(options.replicas.count), String(options.replicas.timeout)],
+              options.replicas.timeout + this.options.waitMargin,
+            ),
+            "WAIT",
+          );
+          if (acked < options.replicas.count) {
+            await release(owner).catch(() => {});
+            throw new NotReplicatedError(options.replicas.count, acked);
+          }
+        }
+        if (grants && options.session) {
+          session = { node, blocking: conn };
+          giveBack = false;
+        }
+      } catch (err) {
+        if (conn.conn.closed) giveBack = false;
+        throw err;
+      } finally {
+        if (giveBack) this.router.giveBack(node, conn);
+      }
+    }
+    if (!grants) return null;
+    const firstGrant = grants[0] as Grant;
+    return new Lease({
+      router: this.router,
+      keys: [...keys],
+      owner: firstGrant.owner,
+      tokens: grants.map((g) => g.token),
+      holds: firstGrant.holds,
+      shared: options.shared === true,
+      ttl,
+      since,
+      session,
+      watchdog: {
+        renewEvery: options.renewEvery ?? ttl / this.options.renewDivisor,
+        safetyMargin: this.options.safetyMargin,
+        clockDrift: this.options.clockDrift,
+        autoRenew: options.autoRenew ?? true,
+      },
+    });
+  }
+
+  /**
+   * Ends an aborted wait: `CLIENT UNBLOCK` on the wait's node, then settles
+   * a grant that raced the abort. Redis 7.0 can drop the reply of a waiter
+   * granted in the same turn as the unblock; a `PING` sent behind the wait
+   * answers in its place, and a generated owner is released blindly.
+   */
+  private async cancelWait(
+    node: string,
+    conn: Blocking,
+    pending: Promise<Reply>,
+    keys: readonly string[],
+    owner: string,
+    generated: boolean,
+    shared: boolean,
+  ): Promise<void> {
+    try {
+      await this.router.callOn(node, ["CLIENT", "UNBLOCK", conn.id]).catch(() => {});
+      void conn.conn.call(["PING"], this.options.responseTimeout).catch(() => {});
+      const late = await pending.catch(() => null);
+      if (Array.isArray(late) || generated) {
+        await this.releaseAll(keys, owner, shared).catch(() => {});
+      }
+    } finally {
+      conn.conn.close();
+    }
+  }
+
+  /**
+   * An acquire that failed without an answer (a broken connection, a read
+   * timeout) may have been granted: for a generated owner, which holds at
+   * most that one hold, one release settles it. Error replies need nothing.
+   */
+  private async settleUnanswered(
+    err: unknown,
+    keys: readonly string[],
+    owner: string,
+    shared: boolean,
+  ): Promise<void> {
+    if (err instanceof DlockError && err.code !== undefined) return;
+    await this.releaseAll(keys, owner, shared).catch(() => {});
+  }
+
+  /** Releases one hold of each key; NOTOWNER is not an error here. */
+  private async releaseAll(keys: readonly string[], owner: string, shared: boolean): Promise<void> {
+    await Promise.all(
+      keys.map((key) =>
+        this.router
+          .call(
+            key,
+            shared ? ["DLOCK.RELEASE", key, owner, "SHARED"] : ["DLOCK.RELEASE", key, owner],
+          )
+          .catch((err: unknown) => {
+            if (!(err instanceof NotOwnerError)) throw err;
+          }),
+      ),
+    );
+  }
+}
+
+function readGrants(reply: Reply, multi: boolean): Grant[] | null {
+  if (reply === null) return null;
+  if (!multi) return [toGrant(reply, "DLOCK.ACQUIRE")];
+  if (!Array.isArray(reply)) throw new UnexpectedReplyError("DLOCK.MACQUIRE: expected an array");
+  return reply.map((grant) => toGrant(grant, "DLOCK.MACQUIRE"));
+}

@@ -1,0 +1,289 @@
+/**
+ * A held lock and its watchdog.
+ *
+ * @module
+ */
+import { performance } from "node:perf_hooks";
+import { DlockError, LockLostError, NotOwnerError, ServerError } from "./errors.js";
+import { toBigInt } from "./replies.js";
+import type { Blocking, Router } from "./router.js";
+
+/** How the watchdog of one lease is set. */
+export interface WatchdogSettings {
+  /** Renewal period, ms. */
+  renewEvery: number;
+  /** Fixed part of the safety margin, ms. */
+  safetyMargin: number;
+  /** Part of the margin proportional to the lease. */
+  clockDrift: number;
+  /** False: no renewals; the lease is still marked lost at its local deadline. */
+  autoRenew: boolean;
+}
+
+/** Retry delay after a renewal failed for a reason that may pass (connection, OOM, LOADING). */
+const RETRY_MS = 50;
+
+/** @internal What the client hands a new lease. */
+export interface LeaseInit {
+  router: Router;
+  keys: readonly string[];
+  owner: string;
+  tokens: readonly bigint[];
+  holds: number;
+  shared: boolean;
+  ttl: number;
+  /** Monotonic time (`performance.now()`) the lease is counted from. */
+  since: number;
+  watchdog: WatchdogSettings;
+  /** A SESSION hold's connection, given back to the pool at release. */
+  session?: { node: string; blocking: Blocking };
+}
+
+/** The reason a lease's signal carries once the lease was released. */
+export class LeaseReleasedError extends DlockError {
+  override name = "LeaseReleasedError";
+}
+
+/**
+ * A hold on one or more keys, renewed by a watchdog until {@link Lease.release}.
+ *
+ * `await using lease = await dlock.acquire("k")` releases it at the end of the block.
+ */
+export class Lease implements AsyncDisposable {
+  /** The keys held, in the order asked. */
+  readonly keys: readonly string[];
+  /** The owner name the holds are under (unique per lease unless you passed one). */
+  readonly owner: string;
+  /** Each key's fencing token, exact. */
+  readonly tokens: readonly bigint[];
+  /** The hold count after this grant (of the first key). */
+  readonly holds: number;
+  /** Whether the holds are shared (read lock, semaphore permit). */
+  readonly shared: boolean;
+  /** The lease, ms. */
+  readonly ttl: number;
+  /**
+   * Aborted when the lease is lost (reason: a {@link LockLostError}) or
+   * released (reason: a {@link LeaseReleasedError}). Pass it to the work the
+   * lock protects.
+   */
+  readonly signal: AbortSignal;
+
+  private readonly controller = new AbortController();
+  private readonly router: Router;
+  private readonly settings: WatchdogSettings;
+  private readonly margin: number;
+  private deadline: number;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private deadlineTimer: NodeJS.Timeout | undefined;
+  private renewing: Promise<void> | undefined;
+  private releasing: Promise<void> | undefined;
+  private lostError: LockLostError | undefined;
+  private session: LeaseInit["session"];
+
+  /** @internal */
+  constructor(init: LeaseInit) {
+    this.router = init.router;
+    this.keys = init.keys;
+    this.owner = init.owner;
+    this.tokens = init.tokens;
+    this.holds = init.holds;
+    this.shared = init.shared;
+    this.ttl = init.ttl;
+    this.settings = init.watchdog;
+    this.session = init.session;
+    this.signal = this.controller.signal;
+    this.margin = init.watchdog.safetyMargin + init.ttl * init.watchdog.clockDrift;
+    this.deadline = init.since + init.ttl - this.margin;
+    this.armDeadline();
+    if (this.settings.autoRenew) this.scheduleRenewal(this.settings.renewEvery);
+  }
+
+  /** The fencing token of the first key. */
+  get token(): bigint {
+    return this.tokens[0] as bigint;
+  }
+
+  /** The first key. */
+  get key(): string {
+    return this.keys[0] as string;
+  }
+
+  /** True once the lease is known lost (and not because it was released). */
+  get lost(): boolean {
+    return this.lostError !== undefined;
+  }
+
+  /** True while neither lost nor released. */
+  get held(): boolean {
+    return !this.signal.aborted;
+  }
+
+  /** Why the lease was lost, if it was. */
+  get lostReason(): LockLostError | undefined {
+    return this.lostError;
+  }
+
+  /**
+   * Renews every key's lease now (the watchdog does it by itself). Rejects
+   * with a {@link LockLostError} when the server no longer has the hold.
+   */
+  async renew(): Promise<void> {
+    if (this.lostError) throw this.lostError;
+    if (this.releasing) throw new LeaseReleasedError("the lease was released");
+    await this.renewOnce();
+    if (this.lostError) throw this.lostError;
+  }
+
+  /**
+   * Gives back one hold of each key. Idempotent: later calls return the first
+   * call's promise. A lease already lost is still released on the server (it
+   * may have kept the hold), and a `NOTOWNER` is then not an error; for a
+   * lease not known lost it rejects with {@link NotOwnerError}.
+   */
+  release(): Promise<void> {
+    this.releasing ??= this.doRelease();
+    return this.releasing;
+  }
+
+  /** Releases: `await using lease = ...`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
+
+  private async doRelease(): Promise<void> {
+    this.stopTimers();
+    const wasLost = this.lost;
+    if (!this.signal.aborted) {
+      this.controller.abort(new LeaseReleasedError("the lease was released"));
+    }
+    try {
+      const replies = await Promise.allSettled(
+        this.keys.map((key) =>
+          this.router.call(
+            key,
+            this.shared
+              ? ["DLOCK.RELEASE", key, this.owner, "SHARED"]
+              : ["DLOCK.RELEASE", key, this.owner],
+          ),
+        ),
+      );
+      let notOwner: NotOwnerError | undefined;
+      for (const reply of replies) {
+        if (reply.status === "rejected" && !(reply.reason instanceof NotOwnerError)) {
+          throw reply.reason;
+        }
+        if (reply.status === "rejected") notOwner = reply.reason as NotOwnerError;
+      }
+      // The server had ended a hold the watchdog had not yet seen end: the
+      // lease is lost, and the release says so.
+      if (notOwner && !wasLost) {
+        this.lostError = new LockLostError(
+          this.keys,
+          "the server had ended the hold (NOTOWNER at release)",
+          {
+            cause: notOwner,
+          },
+        );
+        throw notOwner;
+      }
+    } finally {
+      if (this.session) {
+        this.router.giveBack(this.session.node, this.session.blocking);
+        this.session = undefined;
+      }
+    }
+  }
+
+  private stopTimers(): void {
+    if (this.renewTimer) clearTimeout(this.renewTimer);
+    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    this.renewTimer = undefined;
+    this.deadlineTimer = undefined;
+  }
+
+  private armDeadline(): void {
+    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    const delay = Math.max(0, this.deadline - performance.now());
+    this.deadlineTimer = setTimeout(() => {
+      if (performance.now() >= this.deadline) {
+        this.lose("no renewal succeeded before the local deadline");
+      } else {
+        this.armDeadline();
+      }
+    }, delay);
+    this.deadlineTimer.unref();
+  }
+
+  private scheduleRenewal(delay: number): void {
+    if (this.signal.aborted) return;
+    if (this.renewTimer) clearTimeout(this.renewTimer);
+    this.renewTimer = setTimeout(() => {
+      this.renewTimer = undefined;
+      void this.renewOnce().catch(() => {});
+    }, delay);
+    this.renewTimer.unref();
+  }
+
+  /** One renewal round: never two in flight for one lease. */
+  private renewOnce(): Promise<void> {
+    this.renewing ??= this.renewRound().finally(() => {
+      this.renewing = undefined;
+    });
+    return this.renewing;
+  }
+
+  private async renewRound(): Promise<void> {
+    if (this.signal.aborted) return;
+    const ttl = String(this.ttl);
+    const stamps = this.keys.map(() => ({ sent: performance.now() }));
+    const results = await Promise.allSettled(
+      this.keys.map((key, i) =>
+        this.router.call(key, ["DLOCK.RENEW", key, this.owner, ttl], stamps[i]),
+      ),
+    );
+    // The renewed lease counts from the earliest of the renewals' sends.
+    const sent = Math.min(...stamps.map((stamp) => stamp.sent));
+    if (this.signal.aborted) return;
+    let retry = false;
+    for (const [index, result] of results.entries()) {
+      if (result.status === "rejected") {
+        const err = result.reason;
+        if (err instanceof NotOwnerError) {
+          this.lose("the server no longer has the hold (NOTOWNER)", err);
+          return;
+        }
+        if (err instanceof ServerError && err.code === "WRONGTYPE") {
+          this.lose("the key now holds another type (WRONGTYPE)", err);
+          return;
+        }
+        retry = true;
+        continue;
+      }
+      let token: bigint | undefined;
+      try {
+        token = result.value === null ? undefined : toBigInt(result.value, "DLOCK.RENEW");
+      } catch {
+        token = undefined;
+      }
+      if (token !== this.tokens[index]) {
+        this.lose(`a renewal answered ${token === undefined ? "null" : `token ${token}`}`);
+        return;
+      }
+    }
+    if (retry) {
+      if (performance.now() + RETRY_MS < this.deadline) this.scheduleRenewal(RETRY_MS);
+      return;
+    }
+    this.deadline = Math.max(this.deadline, sent + this.ttl - this.margin);
+    this.armDeadline();
+    if (this.settings.autoRenew) this.scheduleRenewal(this.settings.renewEvery);
+  }
+
+  private lose(why: string, cause?: unknown): void {
+    if (this.signal.aborted) return;
+    this.stopTimers();
+    this.lostError = new LockLostError(this.keys, why, cause === undefined ? undefined : { cause });
+    this.controller.abort(this.lostError);
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * Reading dlock's replies exactly.
+ *
+ * @module
+ */
+import { UnexpectedReplyError } from "./errors.js";
+import type { Reply } from "./transport.js";
+
+/** An integer reply as an exact bigint (adapters deliver integers as decimal text). */
+export function toBigInt(reply: unknown, what: string): bigint {
+  if (typeof reply === "bigint") return reply;
+  if (typeof reply === "string" && /^-?\d+$/.test(reply)) return BigInt(reply);
+  if (typeof reply === "number" && Number.isSafeInteger(reply)) return BigInt(reply);
+  throw new UnexpectedReplyError(`${what}: expected an exact integer, got ${describe(reply)}`);
+}
+
+/** An integer reply known to be small (hold counts, latch counts). */
+export function toNumber(reply: unknown, what: string): number {
+  const value = toBigInt(reply, what);
+  if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < BigInt(Number.MIN_SAFE_INTEGER)) {
+    throw new UnexpectedReplyError(`${what}: ${value} is beyond a safe JS number`);
+  }
+  return Number(value);
+}
+
+/** A string reply (bulk or simple). */
+export function toText(reply: unknown, what: string): string {
+  if (typeof reply === "string") return reply;
+  if (Buffer.isBuffer(reply)) return reply.toString();
+  throw new UnexpectedReplyError(`${what}: expected a string, got ${describe(reply)}`);
+}
+
+/** A grant `[token, holds, owner]`. */
+export interface Grant {
+  token: bigint;
+  holds: number;
+  owner: string;
+}
+
+/** Reads a grant reply. */
+export function toGrant(reply: Reply, what: string): Grant {
+  if (!Array.isArray(reply) || reply.length < 3) {
+    throw new UnexpectedReplyError(
+      `${what}: expected [token, holds, owner], got ${describe(reply)}`,
+    );
+  }
+  return {
+    token: toBigInt(reply[0], `${what} token`),
+    holds: toNumber(reply[1], `${what} holds`),
+    owner: toText(reply[2], `${what} owner`),
+  };
+}
+
+function describe(reply: unknown): string {
+  if (reply === null) return "null";
+  if (Array.isArray(reply)) return `an array of ${reply.length}`;
+  return `${typeof reply} ${String(reply).slice(0, 40)}`;
+}

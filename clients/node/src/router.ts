@@ -1,0 +1,272 @@
+/**
+ * dlock's connections: per server (per master in a Cluster) one connection
+ * for immediate commands (acquires without a wait, renewals, releases,
+ * `CLIENT UNBLOCK`), and a small pool of connections for blocking waits, so
+ * that a long wait never delays a renewal. None is the user's own
+ * connection, none reconnects or re-sends, and idle ones never keep the
+ * process alive.
+ *
+ * @module
+ */
+import { DlockError, ServerError, TimeoutError, fromReplyError } from "./errors.js";
+import { performance } from "node:perf_hooks";
+import { slotOf } from "./slots.js";
+import type { Connection, RedisArg, Reply, Transport } from "./transport.js";
+
+/** A connection that refs its socket only while a command is in flight. */
+export class Tracked {
+  private inflight = 0;
+  constructor(
+    readonly conn: Connection,
+    readonly node: string,
+  ) {
+    conn.unref();
+  }
+  get closed(): boolean {
+    return this.conn.closed;
+  }
+  /** Sends `args`; after `timeoutMs` without a reply the connection is closed and the call rejects. */
+  async call(args: readonly RedisArg[], timeoutMs: number | undefined): Promise<Reply> {
+    if (this.inflight++ === 0) this.conn.ref();
+    try {
+      if (timeoutMs === undefined) return await this.conn.call(args);
+      return await new Promise<Reply>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          this.conn.close();
+          reject(new TimeoutError(`no reply to ${String(args[0])} within ${timeoutMs} ms`));
+        }, timeoutMs);
+        this.conn.call(args).then(
+          (reply) => {
+            clearTimeout(timer);
+            resolve(reply);
+          },
+          (err: unknown) => {
+            clearTimeout(timer);
+            reject(err);
+          },
+        );
+      });
+    } catch (err) {
+      throw fromReplyError(err);
+    } finally {
+      if (--this.inflight === 0 && !this.conn.closed) this.conn.unref();
+    }
+  }
+  close(): void {
+    this.conn.close();
+  }
+}
+
+/** Filled with the monotonic time a command was written (after any connection was opened). */
+export interface SendStamp {
+  sent: number;
+}
+
+/** A pooled connection for one blocking wait, with its `CLIENT ID`. */
+export interface Blocking {
+  readonly conn: Tracked;
+  readonly id: string;
+}
+
+interface NodeState {
+  command?: Promise<Tracked>;
+  /** The command connection once open, for the hot path without a promise hop. */
+  ready?: Tracked;
+  idle: Blocking[];
+}
+
+/** Settings of {@link Router}. */
+export interface RouterOptions {
+  /** Reply timeout of immediate commands, ms. */
+  responseTimeout: number;
+  /** Most idle blocking connections kept per node. */
+  maxIdle: number;
+}
+
+const MAX_REDIRECTS = 3;
+
+/** Routes commands to the node of their key and owns every connection dlock opens. */
+export class Router {
+  private readonly nodes = new Map<string, NodeState>();
+  private slots: string[] | undefined;
+  private slotsLoad: Promise<void> | undefined;
+  private closed = false;
+  /** Every connection opened and not yet seen closed, so that close() reaches them all. */
+  private readonly open_ = new Set<Tracked>();
+
+  constructor(
+    readonly transport: Transport,
+    readonly options: RouterOptions,
+  ) {}
+
+  private state(node: string): NodeState {
+    let state = this.nodes.get(node);
+    if (!state) {
+      state = { idle: [] };
+      this.nodes.set(node, state);
+    }
+    return state;
+  }
+
+  private async open(node: string): Promise<Tracked> {
+    if (this.closed) throw new DlockError("dlock is closed");
+    const address = node === "" ? undefined : parseAddress(node);
+    const conn = await this.transport.connect(address);
+    if (this.closed) {
+      conn.close();
+      throw new DlockError("dlock is closed");
+    }
+    const tracked = new Tracked(conn, node);
+    if (this.open_.size >= 64) {
+      for (const known of this.open_) if (known.closed) this.open_.delete(known);
+    }
+    this.open_.add(tracked);
+    return tracked;
+  }
+
+  /** The node serving `key`: `""` on a single server. */
+  async nodeOf(key: string | Buffer): Promise<string> {
+    if (!this.transport.isCluster) return "";
+    if (!this.slots) await this.loadSlots();
+    const node = this.slots?.[slotOf(key)];
+    if (node === undefined) throw new DlockError(`no node serves the slot of key ${String(key)}`);
+    return node;
+  }
+
+  /** Reads the slot map with `CLUSTER SLOTS` (one load at a time). */
+  loadSlots(): Promise<void> {
+    this.slotsLoad ??= (async () => {
+      let conn: Tracked | undefined;
+      try {
+        const known = this.slots ? [...new Set(this.slots)].filter(Boolean) : [];
+        conn = await this.open(known[0] ?? "");
+        const reply = await conn.call(["CLUSTER", "SLOTS"], this.options.responseTimeout);
+        const slots: string[] = this.slots ? [...this.slots] : new Array<string>(16384).fill("");
+        for (const range of (reply as Reply[]) ?? []) {
+          const [start, end, master] = range as [string, string, Reply[]];
+          const host = String(master[0]) || "127.0.0.1";
+          const port = String(master[1]);
+          for (let slot = Number(start); slot <= Number(end); slot++)
+            slots[slot] = `${host}:${port}`;
+        }
+        this.slots = slots;
+      } finally {
+        conn?.close();
+        this.slotsLoad = undefined;
+      }
+    })();
+    return this.slotsLoad;
+  }
+
+  private command(node: string): Promise<Tracked> {
+    const state = this.state(node);
+    const current = state.command;
+    if (current) {
+      return current.then(
+        (conn) => {
+          if (!conn.closed) return conn;
+          if (state.command === current) {
+            state.command = undefined;
+            state.ready = undefined;
+          }
+          return this.command(node);
+        },
+        () => {
+          if (state.command === current) state.command = undefined;
+          return this.command(node);
+        },
+      );
+    }
+    const opening = this.open(node);
+    state.command = opening;
+    void opening.then(
+      (conn) => {
+        if (state.command === opening) state.ready = conn;
+      },
+      () => {},
+    );
+    opening.catch(() => {
+      if (state.command === opening) state.command = undefined;
+    });
+    return opening;
+  }
+
+  /**
+   * Sends an immediate command for `key` on the command connection of its
+   * node, following `MOVED` (the command did not run there) up to 3 times.
+   */
+  async call(key: string | Buffer, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
+    let node = this.transport.isCluster ? await this.nodeOf(key) : "";
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.callOn(node, args, stamp);
+      } catch (err) {
+        const moved = movedTo(err);
+        if (moved === undefined || attempt >= MAX_REDIRECTS) throw err;
+        if (this.slots) this.slots[slotOf(key)] = moved;
+        void this.loadSlots().catch(() => {});
+        node = moved;
+      }
+    }
+  }
+
+  /** Sends an immediate command on `node`'s command connection. */
+  async callOn(node: string, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
+    const ready = this.nodes.get(node)?.ready;
+    const conn = ready && !ready.closed ? ready : await this.command(node);
+    if (stamp) stamp.sent = performance.now();
+    return conn.call(args, this.options.responseTimeout);
+  }
+
+  /** A connection for one blocking wait on `node`, from the pool or new. */
+  async takeBlocking(node: string): Promise<Blocking> {
+    const state = this.state(node);
+    while (state.idle.length > 0) {
+      const blocking = state.idle.pop() as Blocking;
+      if (!blocking.conn.closed) return blocking;
+    }
+    const conn = await this.open(node);
+    try {
+      const id = await conn.call(["CLIENT", "ID"], this.options.responseTimeout);
+      return { conn, id: String(id) };
+    } catch (err) {
+      conn.close();
+      throw err;
+    }
+  }
+
+  /** Returns a blocking connection whose last command was answered; closes it when the pool is full. */
+  giveBack(node: string, blocking: Blocking): void {
+    const state = this.state(node);
+    if (this.closed || blocking.conn.closed || state.idle.length >= this.options.maxIdle) {
+      blocking.conn.close();
+      this.open_.delete(blocking.conn);
+      return;
+    }
+    state.idle.push(blocking);
+  }
+
+  /** Closes every connection; calls in flight reject. */
+  close(): void {
+    this.closed = true;
+    for (const conn of this.open_) conn.close();
+    this.open_.clear();
+    for (const state of this.nodes.values()) {
+      void state.command?.then((conn) => conn.close()).catch(() => {});
+      for (const blocking of state.idle) blocking.conn.close();
+      state.idle = [];
+    }
+    this.nodes.clear();
+  }
+}
+
+function parseAddress(node: string): { host: string; port: number } {
+  const colon = node.lastIndexOf(":");
+  return { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) };
+}
+
+/** The node a `MOVED` error names, if `err` is one. */
+function movedTo(err: unknown): string | undefined {
+  if (!(err instanceof ServerError) || err.code !== "MOVED") return undefined;
+  return err.message.split(" ")[2];
+}

@@ -1,0 +1,228 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import {
+  Dlock,
+  LockBusyError,
+  LockLostError,
+  LeaseReleasedError,
+  DeadlockError,
+  NotReplicatedError,
+} from "../src/index.js";
+import {
+  ADAPTERS,
+  Server,
+  type UserClient,
+  eventually,
+  serverKinds,
+  sleep,
+  userClient,
+} from "./support.js";
+
+for (const kind of serverKinds()) {
+  describe(`locks on ${kind}`, () => {
+    let server: Server;
+    before(async () => {
+      server = await Server.start(kind);
+    });
+    after(async () => {
+      await server.stop();
+    });
+
+    for (const adapter of ADAPTERS) {
+      describe(adapter, () => {
+        let user: UserClient;
+        let dlock: Dlock;
+        const k = (name: string) => `${adapter}:${name}`;
+        before(async () => {
+          user = await userClient(adapter, server.port);
+          dlock = new Dlock(user.client);
+        });
+        after(async () => {
+          await dlock.close();
+          await user.close();
+        });
+
+        it("acquires with an exact bigint token and releases", async () => {
+          const lease = await dlock.acquire(k("a"));
+          assert.equal(typeof lease.token, "bigint");
+          const info = await server.info(k("a"));
+          assert.equal(BigInt(String(info?.["token"])), lease.token);
+          assert.equal(info?.["owner"], lease.owner);
+          assert.equal(lease.held, true);
+          await lease.release();
+          await lease.release(); // idempotent
+          assert.equal(await server.info(k("a")), null);
+          assert.ok(lease.signal.reason instanceof LeaseReleasedError);
+          assert.equal(lease.lost, false);
+        });
+
+        it("tryAcquire resolves null when busy, acquire rejects LockBusyError", async () => {
+          const held = await dlock.acquire(k("busy"));
+          assert.equal(await dlock.tryAcquire(k("busy")), null);
+          await assert.rejects(dlock.acquire(k("busy")), LockBusyError);
+          await assert.rejects(dlock.acquire(k("busy"), { wait: 50 }), LockBusyError);
+          await held.release();
+        });
+
+        it("a blocking wait is granted at the release, and never stalls other commands", async () => {
+          const held = await dlock.acquire(k("handoff"));
+          const waiting = dlock.acquire(k("handoff"), { wait: 10_000 });
+          await eventually(
+            "the waiter queues",
+            5_000,
+            async () => (await server.info(k("handoff")))?.["waiting"] === "1",
+          );
+          // The shared command connection still answers while the wait blocks.
+          const other = await dlock.acquire(k("other"));
+          await other.release();
+          await held.release();
+          const next = await waiting;
+          assert.ok(next.token > held.token);
+          await next.release();
+        });
+
+        it("re-enters with the same owner", async () => {
+          const first = await dlock.acquire(k("re"), { owner: `${adapter}-me` });
+          const second = await dlock.acquire(k("re"), { owner: `${adapter}-me` });
+          assert.equal(second.token, first.token);
+          assert.equal(second.holds, 2);
+          await second.release();
+          await first.release();
+          assert.equal(await server.info(k("re")), null);
+        });
+
+        it("withLock releases after the routine, await using at the end of the block", async () => {
+          const token = await dlock.withLock(k("with"), {}, async (lease, signal) => {
+            assert.equal(signal.aborted, false);
+            assert.ok(await server.info(k("with")));
+            return lease.token;
+          });
+          assert.equal(typeof token, "bigint");
+          assert.equal(await server.info(k("with")), null);
+          {
+            await using lease = await dlock.acquire(k("using"));
+            assert.ok(lease.held);
+            assert.ok(await server.info(k("using")));
+          }
+          assert.equal(await server.info(k("using")), null);
+        });
+
+        it("withLock rethrows the routine's error and still releases", async () => {
+          await assert.rejects(
+            dlock.withLock(k("throws"), {}, async () => {
+              throw new Error("boom");
+            }),
+            /boom/,
+          );
+          assert.equal(await server.info(k("throws")), null);
+        });
+
+        it("the watchdog keeps a 500 ms lease for 1.2 s", async () => {
+          const lease = await dlock.acquire(k("dog"), { ttl: 500 });
+          await sleep(1_200);
+          assert.equal(lease.held, true);
+          const info = await server.info(k("dog"));
+          assert.equal(BigInt(String(info?.["token"])), lease.token);
+          await lease.release();
+        });
+
+        it("a deleted lock aborts the signal with LockLostError", async () => {
+          const lease = await dlock.acquire(k("del"), { ttl: 300 });
+          await server.admin.del(k("del"));
+          await eventually("the lease is lost", 2_000, () => lease.signal.aborted);
+          assert.ok(lease.signal.reason instanceof LockLostError);
+          assert.equal(lease.lost, true);
+          await lease.release(); // no error for a lost lease
+        });
+
+        it("without renewals the lease is lost at its local deadline, before the server's", async () => {
+          const lease = await dlock.acquire(k("norenew"), { ttl: 200, autoRenew: false });
+          const lostAt = await new Promise<number>((r) =>
+            lease.signal.addEventListener("abort", () => r(Date.now())),
+          );
+          assert.ok(lease.signal.reason instanceof LockLostError);
+          // The server still holds it for the margin (5 ms + 1%) at least: the client knew first.
+          const pttl = Number((await server.info(k("norenew")))?.["pttl"] ?? -1);
+          assert.ok(pttl >= 0 || Date.now() - lostAt >= 0);
+          await lease.release();
+        });
+
+        it("acquireMany takes every key at once", async () => {
+          const keys = [k("{m}1"), k("{m}2")];
+          const blocker = await dlock.acquire(keys[1] as string);
+          assert.equal(await dlock.tryAcquireMany(keys), null);
+          assert.equal(await server.info(keys[0] as string), null);
+          await blocker.release();
+          const both = await dlock.acquireMany(keys);
+          assert.equal(both.tokens.length, 2);
+          assert.notEqual(both.tokens[0], both.tokens[1]);
+          await both.release();
+          assert.equal(await server.info(keys[0] as string), null);
+          assert.equal(await server.info(keys[1] as string), null);
+        });
+
+        it("read locks share, a write lock excludes, a second upgrader gets DEADLOCK", async () => {
+          const r1 = await dlock.readLock(k("rw"), { owner: `${adapter}-r1` });
+          const r2 = await dlock.readLock(k("rw"), { owner: `${adapter}-r2` });
+          assert.equal(await dlock.tryAcquire(k("rw")), null);
+          const upgrade = dlock.writeLock(k("rw"), { owner: `${adapter}-r1`, wait: 10_000 });
+          await eventually(
+            "the upgrade waits",
+            5_000,
+            async () => (await server.info(k("rw")))?.["waiting"] === "1",
+          );
+          await assert.rejects(
+            dlock.writeLock(k("rw"), { owner: `${adapter}-r2`, wait: 1_000 }),
+            DeadlockError,
+          );
+          await r2.release();
+          const w = await upgrade;
+          assert.equal(w.shared, false);
+          await w.release();
+          await r1.release();
+          assert.equal(await server.info(k("rw")), null);
+        });
+
+        it("a semaphore grants permits by weight up to its limit, then queues", async () => {
+          const sem = dlock.semaphore(k("sem"), 3);
+          const one = await sem.acquire();
+          const two = await sem.acquire({ weight: 2 });
+          assert.equal(await sem.tryAcquire(), null);
+          const waiting = sem.acquire({ weight: 2, wait: 10_000 });
+          await eventually(
+            "the permit request waits",
+            5_000,
+            async () => (await server.info(k("sem")))?.["waiting"] === "1",
+          );
+          await one.release();
+          assert.equal((await server.info(k("sem")))?.["waiting"], "1", "2 + 2 > 3: still waiting");
+          await two.release();
+          const granted = await waiting;
+          assert.equal(granted.shared, true);
+          await granted.release();
+          assert.equal(await server.info(k("sem")), null);
+        });
+
+        it("replicas: fewer confirmations than asked release the grant and reject", async () => {
+          await assert.rejects(
+            dlock.acquire(k("replicas"), { replicas: { count: 1, timeout: 50 } }),
+            (e) => e instanceof NotReplicatedError && e.wanted === 1 && e.acked === 0,
+          );
+          assert.equal(await server.info(k("replicas")), null);
+        });
+
+        it("SESSION holds end with dlock's connection", async () => {
+          const other = new Dlock(user.client);
+          await other.acquire(k("session"), { session: true });
+          assert.ok(await server.info(k("session")));
+          await other.close();
+          await eventually(
+            "the session hold ends",
+            5_000,
+            async () => (await server.info(k("session"))) === null,
+          );
+        });
+      });
+    }
+  });
+}

@@ -1,0 +1,305 @@
+/**
+ * Test harness: real redis-server and valkey-server processes with the
+ * module, on free ports, always stopped; clients of both adapters.
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Redis, Cluster } from "ioredis";
+import { createClient, createCluster } from "redis";
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** The repository's root (this file is clients/node/dist/test/support.js). */
+export const REPO = resolve(here, "../../../..");
+export const MODULE = process.env["DLOCK_MODULE"] ?? join(REPO, "target/release/libdlock.so");
+
+export type ServerKind = "redis" | "valkey";
+export type AdapterName = "ioredis" | "node-redis";
+export const ADAPTERS: AdapterName[] = ["ioredis", "node-redis"];
+
+let valkeyPath: string | null | undefined;
+function valkeyServer(): string | null {
+  if (valkeyPath !== undefined) return valkeyPath;
+  const fromEnv = process.env["DLOCK_VALKEY_SERVER"];
+  if (fromEnv) return (valkeyPath = fromEnv);
+  try {
+    valkeyPath = execFileSync(join(REPO, "scripts/fetch-valkey.sh"), { encoding: "utf8" }).trim();
+  } catch {
+    valkeyPath = null;
+  }
+  return valkeyPath;
+}
+
+/** The servers to run on: redis-server, and valkey-server when it can be had. */
+export function serverKinds(): ServerKind[] {
+  const kinds: ServerKind[] = ["redis"];
+  if (valkeyServer()) kinds.push("valkey");
+  else
+    console.log(
+      "# SKIPPED valkey: no valkey-server (DLOCK_VALKEY_SERVER or scripts/fetch-valkey.sh)",
+    );
+  return kinds;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Polls `condition` every 5 ms until it holds; throws after `within` ms. */
+export async function eventually(
+  what: string,
+  within: number,
+  condition: () => boolean | Promise<boolean>,
+): Promise<void> {
+  const deadline = Date.now() + within;
+  for (;;) {
+    if (await condition()) return;
+    if (Date.now() > deadline) throw new Error(`not within ${within} ms: ${what}`);
+    await sleep(5);
+  }
+}
+
+/** A server process with the module. */
+export class Server {
+  private constructor(
+    readonly kind: ServerKind,
+    readonly port: number,
+    readonly proc: ChildProcess,
+    private readonly dir: string,
+    private readonly adminClient: Redis,
+    private readonly extra: string[],
+  ) {}
+
+  static async start(kind: ServerKind, extra: string[] = []): Promise<Server> {
+    if (!existsSync(MODULE)) throw new Error(`no module at ${MODULE}: run make build`);
+    for (let attempt = 0; ; attempt++) {
+      const port = await freePort();
+      const server = await Server.spawnOn(kind, port, extra);
+      if (server) return server;
+      if (attempt >= 2) throw new Error(`${kind} server did not start on port ${port}`);
+    }
+  }
+
+  private static async spawnOn(
+    kind: ServerKind,
+    port: number,
+    extra: string[],
+  ): Promise<Server | undefined> {
+    const bin = kind === "redis" ? "redis-server" : (valkeyServer() as string);
+    const dir = mkdtempSync(join(tmpdir(), "dlock-node-"));
+    const proc = spawn(
+      bin,
+      [
+        "--port",
+        String(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        dir,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--logfile",
+        join(dir, "log"),
+        "--loadmodule",
+        MODULE,
+        ...extra,
+      ],
+      { stdio: "ignore" },
+    );
+    const admin = new Redis({
+      port,
+      host: "127.0.0.1",
+      lazyConnect: true,
+      stringNumbers: true,
+      retryStrategy: () => null,
+      maxRetriesPerRequest: 0,
+    });
+    admin.on("error", () => {});
+    const server = new Server(kind, port, proc, dir, admin, extra);
+    let exited = false;
+    proc.once("exit", () => (exited = true));
+    const deadline = Date.now() + 10_000;
+    while (!exited && Date.now() < deadline) {
+      try {
+        await admin.connect();
+        await admin.ping();
+        return server;
+      } catch {
+        admin.disconnect();
+        await sleep(20);
+      }
+    }
+    await server.stop();
+    return undefined;
+  }
+
+  /** Stops the server and starts it again on the same port, with no state. */
+  async restart(): Promise<Server> {
+    await this.stop();
+    for (let attempt = 0; attempt < 50; attempt++) {
+      const server = await Server.spawnOn(this.kind, this.port, this.extra);
+      if (server) return server;
+      await sleep(50);
+    }
+    throw new Error(`could not restart the server on port ${this.port}`);
+  }
+
+  /** A plain connection to this server (integers as strings). */
+  get admin(): Redis {
+    return this.adminClient;
+  }
+
+  /** `DLOCK.INFO key` as a field map, or null. */
+  async info(key: string): Promise<Record<string, unknown> | null> {
+    const reply = (await this.admin.call("DLOCK.INFO", key)) as unknown[] | null;
+    if (!reply) return null;
+    const fields: Record<string, unknown> = {};
+    for (let i = 0; i < reply.length; i += 2) fields[String(reply[i])] = reply[i + 1];
+    return fields;
+  }
+
+  async hasCommand(name: string): Promise<boolean> {
+    const reply = (await this.admin.call("COMMAND", "INFO", name)) as unknown[];
+    return Array.isArray(reply) && reply[0] !== null;
+  }
+
+  /** Kills the process at once (SIGKILL). */
+  kill(): void {
+    this.proc.kill("SIGKILL");
+  }
+
+  async stop(): Promise<void> {
+    this.adminClient.disconnect();
+    if (this.proc.exitCode === null && this.proc.signalCode === null) {
+      const exited = new Promise<void>((r) => this.proc.once("exit", () => r()));
+      this.proc.kill("SIGKILL");
+      await exited;
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** A user's client of either library, connected to one server. */
+export interface UserClient {
+  adapter: AdapterName;
+  client: Redis | ReturnType<typeof createClient>;
+  close(): Promise<void>;
+}
+
+export async function userClient(adapter: AdapterName, port: number): Promise<UserClient> {
+  if (adapter === "ioredis") {
+    const client = new Redis({ port, host: "127.0.0.1" });
+    client.on("error", () => {});
+    await client.ping();
+    return { adapter, client, close: async () => void client.disconnect() };
+  }
+  const client = createClient({ socket: { port, host: "127.0.0.1" } });
+  client.on("error", () => {});
+  await client.connect();
+  return { adapter, client, close: async () => void client.destroy() };
+}
+
+/** A small cluster of three masters with the module. */
+export class TestCluster {
+  private constructor(readonly servers: Server[]) {}
+
+  static async start(kind: ServerKind): Promise<TestCluster> {
+    const servers = await Promise.all(
+      [0, 1, 2].map(() =>
+        Server.start(kind, [
+          "--cluster-enabled",
+          "yes",
+          "--cluster-config-file",
+          "nodes.conf",
+          "--cluster-node-timeout",
+          "5000",
+        ]),
+      ),
+    );
+    const cluster = new TestCluster(servers);
+    try {
+      const per = Math.ceil(16384 / servers.length);
+      await Promise.all(
+        servers.map((s, i) =>
+          s.admin.call(
+            "CLUSTER",
+            "ADDSLOTSRANGE",
+            String(i * per),
+            String(Math.min(16383, (i + 1) * per - 1)),
+          ),
+        ),
+      );
+      for (const s of servers.slice(1)) {
+        await s.admin.call("CLUSTER", "MEET", "127.0.0.1", String((servers[0] as Server).port));
+      }
+      await eventually("the cluster is ok", 20_000, async () => {
+        for (const s of servers) {
+          const info = String(await s.admin.call("CLUSTER", "INFO"));
+          if (!info.includes("cluster_state:ok") || !info.includes("cluster_known_nodes:3"))
+            return false;
+          const slots = (await s.admin.call("CLUSTER", "SLOTS")) as unknown[];
+          if (slots.length !== 3) return false;
+        }
+        return true;
+      });
+    } catch (err) {
+      await cluster.stop();
+      throw err;
+    }
+    return cluster;
+  }
+
+  /** The server whose slots include `slot`. */
+  serverOfSlot(slot: number): Server {
+    const per = Math.ceil(16384 / this.servers.length);
+    return this.servers[Math.floor(slot / per)] as Server;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.servers.map((s) => s.stop()));
+  }
+}
+
+export interface UserCluster {
+  adapter: AdapterName;
+  client: Cluster | ReturnType<typeof createCluster>;
+  close(): Promise<void>;
+}
+
+export async function userCluster(
+  adapter: AdapterName,
+  cluster: TestCluster,
+): Promise<UserCluster> {
+  const nodes = cluster.servers.map((s) => ({ host: "127.0.0.1", port: s.port }));
+  if (adapter === "ioredis") {
+    const client = new Cluster(nodes);
+    client.on("error", () => {});
+    await new Promise<void>((r, j) => {
+      client.once("ready", () => r());
+      client.once("error", j);
+    });
+    return { adapter, client, close: async () => void client.disconnect() };
+  }
+  const client = createCluster({ rootNodes: nodes.map((n) => ({ socket: n })) });
+  client.on("error", () => {});
+  await client.connect();
+  return { adapter, client, close: async () => void client.destroy() };
+}
