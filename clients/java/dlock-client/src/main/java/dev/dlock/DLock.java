@@ -96,6 +96,26 @@ public interface DLock extends Lock {
     Lease acquire(Duration wait) throws InterruptedException;
 
     /**
+     * Takes a hold of its own with a fixed lease that the watchdog does not renew (it is reported
+     * lost when the lease ends unless {@link Lease#renew} extends it), waiting at most {@code wait}.
+     *
+     * @param wait the longest wait ({@link Duration#ZERO}: one try)
+     * @param lease the lease
+     * @return the lease
+     * @throws LockBusyException when not granted within the wait
+     * @throws InterruptedException when interrupted while waiting (nothing is left held)
+     */
+    Lease acquire(Duration wait, Duration lease) throws InterruptedException;
+
+    /**
+     * Takes a hold of its own with a fixed lease (not renewed) if it is granted at once.
+     *
+     * @param lease the lease
+     * @return the lease, or empty
+     */
+    Optional<Lease> tryAcquire(Duration lease);
+
+    /**
      * Takes a hold of its own if it is granted at once.
      *
      * @return the lease, or empty

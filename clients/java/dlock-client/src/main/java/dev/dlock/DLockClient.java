@@ -457,6 +457,37 @@ public final class DLockClient implements AutoCloseable {
         }
     }
 
+    /** Renews every key of a hold to {@code ttl} from now. */
+    boolean renewNow(Hold hold, long ttl) {
+        if (!hold.isLive()) {
+            return false;
+        }
+        List<Transport.Command> commands = new ArrayList<>();
+        for (byte[] key : hold.keyBytes) {
+            commands.add(new Transport.Command(key, new byte[][] {Commands.RENEW, key, Bytes.of(hold.owner), Bytes.of(ttl)}));
+        }
+        long sent = System.nanoTime();
+        List<CompletableFuture<Object>> replies = transport.callAll(commands);
+        for (int i = 0; i < replies.size(); i++) {
+            Object reply;
+            try {
+                reply = await(replies.get(i));
+            } catch (NotOwnerException e) {
+                hold.markLost(LostReason.NOT_OWNER);
+                return false;
+            } catch (WrongTypeException e) {
+                hold.markLost(LostReason.WRONG_TYPE);
+                return false;
+            }
+            if (!(reply instanceof Long) || (Long) reply != hold.token(i)) {
+                hold.markLost(reply == null ? LostReason.NOT_OWNER : LostReason.TOKEN_CHANGED);
+                return false;
+            }
+        }
+        hold.confirmed(sent, ttl);
+        return true;
+    }
+
     /** Releases a hold: once; a lost hold's release is still sent and reports nothing. */
     long release(Hold hold) {
         if (!hold.markReleased()) {

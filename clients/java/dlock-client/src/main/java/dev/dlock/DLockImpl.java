@@ -277,6 +277,25 @@ class DLockImpl implements DLock {
     }
 
     @Override
+    public Lease acquire(Duration wait, Duration lease) throws InterruptedException {
+        Lease granted = acquireLease(request(Math.max(1, lease.toMillis()), false), wait.isNegative() ? 0 : wait.toNanos());
+        if (granted == null) {
+            throw new LockBusyException(getName());
+        }
+        return granted;
+    }
+
+    @Override
+    public Optional<Lease> tryAcquire(Duration lease) {
+        try {
+            return Optional.ofNullable(acquireLease(request(Math.max(1, lease.toMillis()), false), 0));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return Optional.empty();
+        }
+    }
+
+    @Override
     public Optional<Lease> tryAcquire() {
         try {
             return Optional.ofNullable(acquireLease(defaultRequest(), 0));

@@ -77,6 +77,25 @@ public final class Lease implements AutoCloseable {
     }
 
     /**
+     * Renews the lease now ({@code DLOCK.RENEW} on every key) to {@code lease} from now; a lease
+     * of its own (taken with a fixed lease) is then not renewed again by the watchdog.
+     *
+     * @param lease the new lease (at least 1 ms)
+     * @return true when renewed; false when the hold is gone (it is then reported lost)
+     */
+    public boolean renew(java.time.Duration lease) {
+        return hold.client.renewNow(hold, Math.max(1, lease.toMillis()));
+    }
+
+    /**
+     * Stops watching the hold without releasing it: the server ends it when its lease ends
+     * (ShedLock's {@code lockAtLeastFor}). Afterwards the lease is neither valid nor lost.
+     */
+    public void abandon() {
+        hold.markReleased();
+    }
+
+    /**
      * Releases the hold ({@code DLOCK.RELEASE} on every key); idempotent. A lost hold's release is
      * still sent, in case the server kept it, and reports nothing.
      */
