@@ -72,6 +72,15 @@ public interface DLock extends Lock {
     long getToken();
 
     /**
+     * Renews the calling thread's hold now, to its lease (the watchdog does this on its own; this
+     * is for fixed leases and for registries that renew by hand).
+     *
+     * @throws IllegalMonitorStateException when the thread does not hold the lock
+     * @throws LockLostException when the hold turns out lost
+     */
+    void renew();
+
+    /**
      * @return the lost event of the calling thread's hold (completes once, with the reason)
      * @throws IllegalMonitorStateException when the thread does not hold the lock
      */

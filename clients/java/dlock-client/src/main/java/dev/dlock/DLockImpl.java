@@ -247,6 +247,14 @@ class DLockImpl implements DLock {
     }
 
     @Override
+    public void renew() {
+        Hold hold = currentHold();
+        if (!client.renewNow(hold, hold.ttlMs)) {
+            throw new LockLostException(getName(), hold.lostReason() == null ? LostReason.NOT_OWNER : hold.lostReason());
+        }
+    }
+
+    @Override
     public CompletionStage<LostReason> lostByCurrentThread() {
         return currentHold().lostFuture().minimalCompletionStage();
     }
