@@ -59,6 +59,12 @@ public final class DCountDownLatch {
         return info == null ? 0 : Info.longOf(info, "count");
     }
 
+    /** @return the count now, or empty when the latch does not exist (opened, expired, never made) */
+    public java.util.OptionalLong currentCount() {
+        Map<String, Object> info = Info.of(client.await(client.transport().call(keyBytes, Commands.INFO, keyBytes)));
+        return info == null ? java.util.OptionalLong.empty() : java.util.OptionalLong.of(Info.longOf(info, "count"));
+    }
+
     /**
      * Waits until the latch opens (at once if it does not exist).
      *

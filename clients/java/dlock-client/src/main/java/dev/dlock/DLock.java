@@ -125,6 +125,24 @@ public interface DLock extends Lock {
     Optional<Lease> tryAcquire(Duration lease);
 
     /**
+     * Takes a hold with every option spelled out.
+     *
+     * @param options the wait, lease, owner and SESSION
+     * @return the lease
+     * @throws LockBusyException when not granted within the wait
+     * @throws InterruptedException when interrupted while waiting (nothing is left held)
+     */
+    Lease acquire(AcquireOptions options) throws InterruptedException;
+
+    /**
+     * {@link #acquire(AcquireOptions)} in the background; cancelling the future ends the wait.
+     *
+     * @param options the wait, lease, owner and SESSION
+     * @return the lease
+     */
+    CompletableFuture<Lease> acquireAsync(AcquireOptions options);
+
+    /**
      * Takes a hold of its own if it is granted at once.
      *
      * @return the lease, or empty

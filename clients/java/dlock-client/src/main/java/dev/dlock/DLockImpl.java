@@ -49,6 +49,11 @@ class DLockImpl implements DLock {
         return new Request(keys, fair, shared, limit, weight, false, leaseMs, renewed);
     }
 
+    Request request(AcquireOptions options) {
+        return new Request(keys, fair, shared, limit, weight, options.session(),
+                options.leaseMs(client.config()), options.renewed());
+    }
+
     private Request defaultRequest() {
         return request(client.config().defaultLease().toMillis(), true);
     }
@@ -262,7 +267,12 @@ class DLockImpl implements DLock {
     // ---- the handle API ----------------------------------------------------------------------
 
     Lease acquireLease(Request request, long waitNanos) throws InterruptedException {
-        Hold hold = client.acquire(request, DLockClient.newOwner(), true, waitNanos, true);
+        return acquireLease(request, null, waitNanos);
+    }
+
+    Lease acquireLease(Request request, String owner, long waitNanos) throws InterruptedException {
+        boolean generated = owner == null;
+        Hold hold = client.acquire(request, generated ? DLockClient.newOwner() : owner, generated, waitNanos, true);
         if (hold == null) {
             return null;
         }
@@ -291,6 +301,20 @@ class DLockImpl implements DLock {
             throw new LockBusyException(getName());
         }
         return granted;
+    }
+
+    @Override
+    public Lease acquire(AcquireOptions options) throws InterruptedException {
+        Lease granted = acquireLease(request(options), options.owner(), options.waitNanos());
+        if (granted == null) {
+            throw new LockBusyException(getName());
+        }
+        return granted;
+    }
+
+    @Override
+    public CompletableFuture<Lease> acquireAsync(AcquireOptions options) {
+        return client.async(() -> acquire(options));
     }
 
     @Override

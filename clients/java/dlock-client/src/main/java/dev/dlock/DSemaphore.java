@@ -101,6 +101,28 @@ public final class DSemaphore {
         return lockFor(1).acquireAsync(wait);
     }
 
+    /**
+     * Takes {@code weight} permits as one hold with every option spelled out.
+     *
+     * @param weight the permits to take at once (1 without WEIGHT)
+     * @param options the wait, lease, owner and SESSION
+     * @return the hold
+     * @throws LockBusyException when not granted in time
+     * @throws InterruptedException when interrupted (nothing is left held)
+     */
+    public Lease acquire(long weight, AcquireOptions options) throws InterruptedException {
+        return lockFor(weight).acquire(options);
+    }
+
+    /**
+     * @param weight the permits to take at once
+     * @param options the wait, lease, owner and SESSION
+     * @return the hold, in the background (cancel to stop waiting)
+     */
+    public CompletableFuture<Lease> acquireAsync(long weight, AcquireOptions options) {
+        return lockFor(weight).acquireAsync(options);
+    }
+
     /** @return the number of owners holding the semaphore now */
     public long holders() {
         Map<String, Object> info = Info.of(client.await(client.transport().call(Bytes.of(key), Commands.INFO, Bytes.of(key))));

@@ -125,9 +125,38 @@ public final class RedisServer implements AutoCloseable {
         }
     }
 
+    /** Stops the server and starts it again on the same port, with no state kept. */
+    public synchronized void restart() {
+        if (process != null) {
+            process.destroyForcibly();
+            try {
+                process.waitFor();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        try {
+            spawnOn(port);
+        } catch (IOException e) {
+            throw new IllegalStateException("restart failed", e);
+        }
+    }
+
     private void spawn() throws IOException {
         for (int attempt = 0; attempt < 5; attempt++) {
-            port = freePort();
+            try {
+                spawnOn(freePort());
+                return;
+            } catch (IOException e) {
+                // the port was taken in between: try another
+            }
+        }
+        throw new IOException(kind + " did not start; log: " + log());
+    }
+
+    private void spawnOn(int chosen) throws IOException {
+        for (int attempt = 0; attempt < 1; attempt++) {
+            port = chosen;
             List<String> cmd = new ArrayList<>(List.of(binary, "--port", Integer.toString(port),
                     "--bind", "127.0.0.1", "--dir", dir.toString(), "--logfile", "server.log",
                     "--daemonize", "no", "--save", "", "--appendonly", "no",
