@@ -29,6 +29,7 @@ mod module {
         crate::redis::audit::init(ctx);
         upkeep::init(ctx);
         crate::redis::awaiters::init();
+        crate::redis::watchers::init();
         grace::init(ctx);
         if let Err(name) = registry::register_commands(ctx) {
             ctx.log_warning(&format!("dlock: failed to register {name:?}"));

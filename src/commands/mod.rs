@@ -20,6 +20,9 @@ pub mod latchstate;
 // Atomic multi-key acquire.
 pub mod macquire;
 
+// Waiting for a change of a lock's newest holder.
+pub mod watch;
+
 use std::ffi::CStr;
 
 /// Every way a command can fail. Each maps to one static error reply, so that
@@ -60,6 +63,8 @@ pub enum CommandError {
     InternalLatchCommand,
     /// DLOCK.MACQUIRE with numkeys outside 1..=1024.
     InvalidNumkeys,
+    /// DLOCK.WATCH with a token that is not an integer from 0 to 2^63-1.
+    InvalidToken,
 }
 
 impl CommandError {
@@ -109,6 +114,9 @@ impl CommandError {
             }
             CommandError::InvalidNumkeys => {
                 c"ERR invalid numkeys: must be an integer from 1 to 1024"
+            }
+            CommandError::InvalidToken => {
+                c"ERR invalid token: WATCH takes the newest fencing token known, an integer from 0 (free) to 2^63-1"
             }
         }
     }

@@ -193,6 +193,13 @@ impl Lock {
         self.holders.iter().filter(move |hold| hold.is_live(now_ms))
     }
 
+    /// The newest live hold: the one with the largest token among the
+    /// holders (any mode) whose lease covers `now_ms`. What `DLOCK.WATCH`
+    /// watches: None when the lock has no live holder.
+    pub fn newest_hold(&self, now_ms: u64) -> Option<&Hold> {
+        self.live_holders(now_ms).max_by_key(|hold| hold.token)
+    }
+
     /// The live hold of `owner`.
     pub fn live_hold_of(&self, owner: &[u8], now_ms: u64) -> Option<&Hold> {
         self.holders.get(owner).filter(|hold| hold.is_live(now_ms))

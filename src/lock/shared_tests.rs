@@ -539,3 +539,42 @@ fn downgrade_and_upgrade() {
         "it kept its shared hold"
     );
 }
+
+/// What DLOCK.WATCH watches: the largest token among the live holders, in
+/// any mode; a re-entry or an older holder leaving does not change it, an
+/// ended lease does.
+#[test]
+fn the_newest_hold_is_the_largest_live_token() {
+    let mut lock = Lock::new();
+    let tokens = Cell::new(0u64);
+    let issue = counting(&tokens);
+    let present = |_| true;
+    let shared = Want {
+        mode: Mode::Shared,
+        limit: None,
+    };
+    let request = |owner: &'static [u8], ttl_ms| Request {
+        owner,
+        ttl_ms,
+        session: None,
+        want: shared,
+    };
+    assert!(lock.newest_hold(0).is_none());
+    let mut step = Step::new(0, &issue, &present);
+    let older = lock.acquire(request(b"a", 5_000), &mut step).unwrap();
+    let newer = lock.acquire(request(b"b", 1_000), &mut step).unwrap();
+    assert!(newer.token > older.token);
+    let newest = |lock: &Lock, now| lock.newest_hold(now).map(|hold| hold.token);
+    assert_eq!(newest(&lock, 0), Some(newer.token));
+    let again = lock.acquire(request(b"a", 5_000), &mut step).unwrap();
+    assert!(again.reentry);
+    assert_eq!(
+        newest(&lock, 0),
+        Some(newer.token),
+        "a re-entry is no change"
+    );
+    assert_eq!(newest(&lock, 1_001), Some(older.token), "b's lease ended");
+    assert_eq!(newest(&lock, 5_001), None, "every lease ended");
+    assert_eq!(lock.release(b"b", Mode::Shared, &mut step), Ok(0));
+    assert_eq!(newest(&lock, 0), Some(older.token));
+}

@@ -212,6 +212,30 @@ pub const LATCH_COMMAND_INFO: &[Info] = &[
     },
 ];
 
+pub const WATCH_COMMAND_INFO: &[Info] = &[Info {
+    name: c"dlock.watch",
+    summary: c"Waits until a lock's newest fencing token differs from the one given, then returns the newest token, its owner and pttl ([0, nil, -1] when free); null when the timeout passes.",
+    complexity: c"O(N) where N is the number of holders; O(N + W) for the change that answers W watchers",
+    arity: 4,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    args: &[
+        Arg {
+            name: c"token",
+            kind: INTEGER,
+            token: None,
+            optional: false,
+            summary: c"the newest fencing token the caller knows (0: it knows the lock as free)",
+        },
+        Arg {
+            name: c"timeout",
+            kind: INTEGER,
+            token: None,
+            optional: false,
+            summary: c"wait up to this many milliseconds (0: forever)",
+        },
+    ],
+}];
+
 pub const MULTI_KEY_COMMAND_INFO: &[Info] = &[Info {
     name: c"dlock.macquire",
     summary: c"Acquires a lock on every key in one atomic step, or nothing; optionally waits in every key's queue at once.",

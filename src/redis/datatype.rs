@@ -15,7 +15,7 @@ use redis_module::raw;
 use super::boxes::{self, on_main_thread};
 use super::ffi::{api, KeyName};
 use super::stats::{self, Event};
-use super::{audit, orphans, scheduler, tokens};
+use super::{audit, orphans, scheduler, tokens, watchers};
 use crate::lock::codec::{self, reservations, Sink, Source};
 use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
 
@@ -398,6 +398,9 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c
     let Some(lock) = (unsafe { lock_ref(value.cast_mut()) }) else {
         return;
     };
+    if watchers::any() {
+        tell_watchers(ctx);
+    }
     // The common end of a lock (its last hold released, then the key
     // deleted): nothing to publish, nobody depends on the place. Read
     // before the guarded part, which stays out of line.
@@ -406,6 +409,25 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c
     }
     // SAFETY: as above.
     unsafe { unlink_held(ctx, value) }
+}
+
+/// The value leaves its key: its watchers (`DLOCK.WATCH`) learn that the
+/// key has no holder now. Out of line: only while clients watch.
+#[cold]
+#[inline(never)]
+fn tell_watchers(ctx: *mut raw::RedisModuleKeyOptCtx) {
+    guarded((), || {
+        if !on_main_thread() {
+            return;
+        }
+        let key = api!(RedisModule_GetKeyNameFromOptCtx(ctx) else std::ptr::null());
+        if key.is_null() {
+            return;
+        }
+        let db = api!(RedisModule_GetDbIdFromOptCtx(ctx) else -1);
+        let name = KeyName::from_raw(key.cast_mut());
+        watchers::key_removed(db, name.bytes());
+    })
 }
 
 /// [`unlink`] of a value with holders or waiters, or with the audit

@@ -7,7 +7,7 @@ use redis_module::raw;
 
 use super::ffi::api;
 use super::ffi::Ctx;
-use super::{awaiters, grace, orphans, propagation, scheduler, tokens, waiters};
+use super::{awaiters, grace, orphans, propagation, scheduler, tokens, waiters, watchers};
 
 /// Subscribes to the events above; called from the module's init.
 pub fn subscribe(ctx: &redis_module::Context) -> bool {
@@ -85,6 +85,8 @@ unsafe extern "C" fn on_loading(
     if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
         let ctx = Ctx::from_raw(ctx);
         let _ = std::panic::catch_unwind(|| grace::open(ctx, "data loaded"));
+        // A replica's full sync loads its keys without a callback per key.
+        let _ = std::panic::catch_unwind(|| watchers::recheck_all(ctx));
     }
 }
 
@@ -99,7 +101,7 @@ unsafe extern "C" fn on_loading(
 ///   keys, orphans and SESSION places of the old data set are forgotten
 ///   and any waiter is answered null, as on a role change.
 unsafe extern "C" fn on_async_load(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut std::os::raw::c_void,
@@ -111,6 +113,7 @@ unsafe extern "C" fn on_async_load(
             tokens::adopt_aside();
             orphans::refuse_all();
             scheduler::forget_keyspace();
+            watchers::recheck_all(Ctx::from_raw(ctx));
         }
         _ => {}
     });
@@ -146,6 +149,7 @@ unsafe extern "C" fn on_swapdb(
         ctx.select_db(previous_db);
         orphans::refuse_ids(moved.into_iter().map(|(id, ..)| id));
         awaiters::databases_swapped(ctx, first, second);
+        watchers::recheck_databases(ctx, first, second);
     });
 }
 
@@ -177,10 +181,12 @@ unsafe extern "C" fn on_flush(
 }
 
 /// A flush (either kind) answers the awaiters of its latches 0 before it
-/// starts; see [`awaiters::flush_database`].
+/// starts, and the watchers of its locks `[0, nil, -1]`; see
+/// [`awaiters::flush_database`] and [`watchers::flush_database`].
 fn flush_awaiters(info: &raw::RedisModuleFlushInfo) {
     let db = info.dbnum;
     let _ = std::panic::catch_unwind(|| awaiters::flush_database(db));
+    let _ = std::panic::catch_unwind(|| watchers::flush_database(db));
 }
 unsafe extern "C" fn on_client_change(
     _ctx: *mut raw::RedisModuleCtx,

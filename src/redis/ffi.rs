@@ -167,11 +167,12 @@ impl Ctx {
     fn open_lock_mode(self, name: KeyName, mode: u32) -> Result<LockKey, CommandError> {
         let key =
             api!(RedisModule_OpenKey(self.raw, name.raw, mode as c_int) else std::ptr::null_mut());
+        let writable = mode & raw::REDISMODULE_WRITE != 0;
         if key.is_null() {
             // Read-only opening of a missing key returns NULL on old servers.
-            return Ok(LockKey { raw: key });
+            return Ok(LockKey { raw: key, writable });
         }
-        let key = LockKey { raw: key };
+        let key = LockKey { raw: key, writable };
         let key_type = api!(RedisModule_KeyType(key.raw) else 0) as isize;
         if key_type == raw::REDISMODULE_KEYTYPE_EMPTY {
             return Ok(key);
@@ -488,6 +489,9 @@ fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
 /// An open key known to be empty or to hold a lock. Closed on drop.
 pub struct LockKey {
     raw: *mut raw::RedisModuleKey,
+    /// Opened for writing: its closing may end a change of the lock (see
+    /// [`observe_closes`]).
+    writable: bool,
 }
 
 impl LockKey {
@@ -560,8 +564,57 @@ impl LockKey {
 
 impl Drop for LockKey {
     fn drop(&mut self) {
-        if !self.raw.is_null() {
-            api!(RedisModule_CloseKey(self.raw) else ());
+        if self.raw.is_null() {
+            return;
         }
+        if self.writable && CLOSES_OBSERVED.load(Ordering::Relaxed) {
+            self.tell_observer();
+        }
+        api!(RedisModule_CloseKey(self.raw) else ());
     }
+}
+
+impl LockKey {
+    /// Hands the key's place and lock to the close observer, before the key
+    /// is closed. Out of line: observed only while clients watch.
+    #[cold]
+    #[inline(never)]
+    fn tell_observer(&self) {
+        let Some(observer) = CLOSE_OBSERVER.get() else {
+            return;
+        };
+        let name = api!(RedisModule_GetKeyNameFromModuleKey(self.raw) else std::ptr::null());
+        if name.is_null() {
+            return;
+        }
+        let db = api!(RedisModule_GetDbIdFromModuleKey(self.raw) else -1);
+        if db < 0 {
+            return;
+        }
+        observer(db, string_bytes(name.cast_mut()), self.lock());
+    }
+}
+
+/// What is told of every lock key opened for writing as it closes: its
+/// database, its name and its lock (None when the key is now empty).
+pub type CloseObserver = fn(i32, &[u8], Option<&Lock>);
+
+/// Every change of a lock made by the module (a command, a replicated
+/// state, a timer's hand-off or expiry, a SESSION closing) ends with the
+/// lock's key, opened for writing, being closed: the one place where
+/// `DLOCK.WATCH` learns of them all. Set once, from the module's init.
+static CLOSE_OBSERVER: std::sync::OnceLock<CloseObserver> = std::sync::OnceLock::new();
+
+/// Whether the observer is told at all: only while some client watches,
+/// so that closing a key costs one load otherwise.
+static CLOSES_OBSERVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets the observer of closing lock keys (once; later calls change nothing).
+pub fn set_close_observer(observer: CloseObserver) {
+    let _ = CLOSE_OBSERVER.set(observer);
+}
+
+/// Starts or stops telling the observer of closing lock keys.
+pub fn observe_closes(on: bool) {
+    CLOSES_OBSERVED.store(on, Ordering::Relaxed);
 }

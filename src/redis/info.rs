@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_module::raw;
 
 use super::ffi::api;
-use super::{awaiters, grace, multiwaiters, stats, tokens, waiters};
+use super::{awaiters, grace, multiwaiters, stats, tokens, waiters, watchers};
 
 /// The `INFO dlock` fields.
 fn fields() -> [(&'static str, u64); 16] {
@@ -57,6 +57,17 @@ fn multi_fields() -> [(&'static str, u64); 3] {
     ]
 }
 
+/// The `DLOCK.WATCH` fields of `INFO dlock`, after the multi-key fields.
+fn watch_fields() -> [(&'static str, u64); 2] {
+    [
+        ("watchers", watchers::blocked_count() as u64),
+        (
+            "watch_wakeups",
+            watchers::WATCH_WAKEUPS.load(Ordering::Relaxed),
+        ),
+    ]
+}
+
 /// Registers the `INFO dlock` section; called from the module's init.
 pub fn register_info(ctx: &redis_module::Context) -> bool {
     api!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_section)) else raw::REDISMODULE_ERR as i32)
@@ -73,6 +84,7 @@ unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_
             .into_iter()
             .chain(latch_fields())
             .chain(multi_fields())
+            .chain(watch_fields())
         {
             let mut field = [0u8; 32];
             let len = name.len().min(field.len() - 1);

@@ -27,5 +27,6 @@ pub mod tokens;
 pub mod upkeep;
 pub mod waiters;
 mod wakeup;
+pub mod watchers;
 
 pub use ffi::{Argv, Ctx, KeyName, LockKey};

@@ -12,7 +12,7 @@ use redis_module::raw;
 use super::command_info;
 use super::ffi::{api, Argv, Ctx};
 use crate::commands::{acquire, fair, info, release, renew, setstate, CommandResult};
-use crate::commands::{awaits, countdown, latch, latchstate, macquire};
+use crate::commands::{awaits, countdown, latch, latchstate, macquire, watch};
 
 type Handler = fn(Ctx, &Argv<'_>) -> CommandResult;
 
@@ -46,6 +46,7 @@ entry_point!(latch_entry => latch::run);
 entry_point!(countdown_entry => countdown::run);
 entry_point!(await_entry => awaits::run);
 entry_point!(latchstate_entry => latchstate::run);
+entry_point!(watch_entry => watch::run);
 
 /// DLOCK.MACQUIRE also answers Redis's key-position requests
 /// (`getkeys-api`): Redis 7.0 routes Cluster commands by the legacy key
@@ -131,6 +132,16 @@ const LATCH_COMMANDS: &[CommandSpec] = &[
     },
 ];
 
+/// Commands that wait for a change of a lock without changing it. WATCH
+/// only reads and may block, as XREAD does: `readonly blocking`, never
+/// `deny-oom`, and runs on replicas, where a replicated change
+/// answers it; nothing of it is propagated.
+const WATCH_COMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: c"dlock.watch",
+    flags: c"readonly blocking",
+    entry: Some(watch_entry),
+}];
+
 /// Commands whose keys follow a `numkeys` argument. They are created with
 /// no legacy key range; their key spec (by numkeys, see [`command_info`])
 /// makes Redis find their keys, check their slots in Cluster (CROSSSLOT),
@@ -172,7 +183,7 @@ fn reply_failure(ctx: Ctx, outcome: std::thread::Result<CommandResult>) {
 /// Registers every command; called from the module's OnLoad.
 pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CStr> {
     let ctx = ctx.ctx;
-    for command in COMMANDS.iter().chain(LATCH_COMMANDS) {
+    for command in COMMANDS.iter().chain(LATCH_COMMANDS).chain(WATCH_COMMANDS) {
         let status = api!(RedisModule_CreateCommand(
             ctx,
             command.name.as_ptr(),
@@ -203,6 +214,7 @@ pub fn register_commands(ctx: &redis_module::Context) -> Result<(), &'static CSt
     for info in command_info::COMMAND_INFO
         .iter()
         .chain(command_info::LATCH_COMMAND_INFO)
+        .chain(command_info::WATCH_COMMAND_INFO)
     {
         if !command_info::register(ctx, info) {
             return Err(info.name);

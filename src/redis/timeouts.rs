@@ -28,14 +28,16 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::lock::WaiterId;
 
-/// Who waits: lock waiters (single-key and multi-key share one id space)
-/// and latch awaiters have ids of their own.
+/// Who waits: lock waiters (single-key and multi-key share one id space),
+/// latch awaiters and watchers have ids of their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Blocked {
     /// A client blocked in `DLOCK.ACQUIRE`/`DLOCK.FAIR`/`DLOCK.MACQUIRE`.
     Waiter(WaiterId),
     /// A client blocked in `DLOCK.AWAIT`.
     Awaiter(WaiterId),
+    /// A client blocked in `DLOCK.WATCH`.
+    Watcher(WaiterId),
 }
 
 /// The deadlines of the blocked clients that have one.

@@ -13,7 +13,7 @@ use super::keyspace::{self, settle, Changes};
 use super::scheduler::{self, OrphanGroup, Revocation, Work};
 use super::stats::{self, Event};
 use super::timeouts::{self, Blocked};
-use super::{awaiters, multigrant, multiwaiters, orphans, waiters};
+use super::{awaiters, multigrant, multiwaiters, orphans, waiters, watchers};
 use crate::clock;
 use crate::lock::Lock;
 
@@ -31,7 +31,7 @@ pub fn init(ctx: &redis_module::Context) {
 
 /// A replica or a loading server: the master decides. Lock waiters cannot
 /// exist here (their clients were disconnected on demotion); latch awaiters
-/// can (AWAIT reads), and time out here.
+/// and watchers can (AWAIT and WATCH read), and time out here.
 fn stand_by(ctx: Ctx) {
     answer_due_timeouts(ctx, clock::now_ms());
     for departure in scheduler::drop_master_work() {
@@ -64,6 +64,7 @@ fn answer_due_timeouts(ctx: Ctx, now: u64) {
                 }
             }
             Blocked::Awaiter(id) => awaiters::time_out(ctx, id),
+            Blocked::Watcher(id) => watchers::time_out(ctx, id),
         }
     }
 }
