@@ -181,6 +181,16 @@ public final class DLockClient implements AutoCloseable {
         return new DCountDownLatch(this, key);
     }
 
+    /**
+     * A leader election on one key ({@code DLOCK.WATCH} for observers).
+     *
+     * @param key the election's key
+     * @return the election
+     */
+    public DElection getElection(String key) {
+        return new DElection(this, key);
+    }
+
     /** Stops the watchdog (live holds are reported lost) and closes the transport. Idempotent. */
     @Override
     public void close() {

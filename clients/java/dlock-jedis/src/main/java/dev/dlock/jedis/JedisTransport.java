@@ -28,6 +28,7 @@ import redis.clients.jedis.exceptions.JedisDataException;
  * with an infinite socket timeout (the client bounds the wait itself, and closes the connection
  * to end it).
  */
+@SuppressWarnings("deprecation") // JedisPool: deprecated in Jedis 7 but what most applications have
 public final class JedisTransport implements Transport {
     private final JedisPool pool;
     private final boolean ownsPool;

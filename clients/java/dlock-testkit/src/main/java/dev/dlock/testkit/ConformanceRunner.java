@@ -137,6 +137,7 @@ public final class ConformanceRunner {
         final Map<String, Lease> guards = new HashMap<>();
         final Map<String, CompletableFuture<Object>> tasks = new HashMap<>();
         final Map<String, Object> vars = new HashMap<>();
+        final Map<String, dev.dlock.DElection.Observer> observers = new HashMap<>();
 
         DLockClient client(String name) {
             return clients.computeIfAbsent(name, n -> new DLockClient(transports.apply(server)));
@@ -358,6 +359,23 @@ public final class ConformanceRunner {
                     });
                     return task;
                 }
+                case "campaign": {
+                    CompletableFuture<Lease> future = client((String) step.get("client")).getElection((String) step.get("key"))
+                            .campaignAsync((String) step.get("identity"), options(step));
+                    CompletableFuture<Object> task = future.thenApply(lease -> {
+                        synchronized (guards) {
+                            guards.put(as, lease);
+                        }
+                        return (Object) "guard";
+                    });
+                    task.whenComplete((value, error) -> {
+                        if (task.isCancelled() && !future.cancel(true) && future.isDone()
+                                && !future.isCompletedExceptionally()) {
+                            future.join().close();
+                        }
+                    });
+                    return task;
+                }
                 case "latch_wait":
                 case "command":
                     return CompletableFuture.supplyAsync(() -> {
@@ -449,7 +467,32 @@ public final class ConformanceRunner {
                     return "guard";
                 }
                 case "release":
+                case "resign":
                     guard(step.get("guard")).close();
+                    return null;
+                case "campaign": {
+                    Lease lease = client((String) step.get("client")).getElection((String) step.get("key"))
+                            .campaign((String) step.get("identity"), options(step));
+                    guards.put((String) step.get("as"), lease);
+                    return "guard";
+                }
+                case "leader":
+                    return client((String) step.get("client")).getElection((String) step.get("key")).leader()
+                            .map(this::leaderValue).orElse(null);
+                case "observe":
+                    observers.put((String) step.get("as"), client((String) step.get("client"))
+                            .getElection((String) step.get("key")).observe(state -> { }));
+                    return null;
+                case "observed": {
+                    dev.dlock.DElection.Observer observer = observers.get(step.get("observer"));
+                    java.util.Optional<dev.dlock.Leader> latest = observer.latest();
+                    if (latest == null) {
+                        return "nothing";
+                    }
+                    return latest.map(this::leaderValue).orElse(null);
+                }
+                case "stop":
+                    observers.get(step.get("observer")).close();
                     return null;
                 case "renew": {
                     Lease lease = guard(step.get("guard"));
@@ -557,6 +600,13 @@ public final class ConformanceRunner {
             }
         }
 
+        Map<String, Object> leaderValue(dev.dlock.Leader leader) {
+            Map<String, Object> value = new LinkedHashMap<>();
+            value.put("identity", leader.identity());
+            value.put("term", leader.term());
+            return value;
+        }
+
         DCountDownLatch latch(Map<String, Object> step) {
             return client((String) step.get("client")).getCountDownLatch((String) step.get("key"));
         }
@@ -596,6 +646,9 @@ public final class ConformanceRunner {
         public void close() {
             for (CompletableFuture<Object> task : tasks.values()) {
                 task.cancel(true);
+            }
+            for (dev.dlock.DElection.Observer observer : observers.values()) {
+                observer.close();
             }
             for (DLockClient client : clients.values()) {
                 client.close();

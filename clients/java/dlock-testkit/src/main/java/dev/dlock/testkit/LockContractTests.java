@@ -548,6 +548,97 @@ public abstract class LockContractTests {
         assertNull(LockInfo.of(server, k2));
     }
 
+    // ---- election ---------------------------------------------------------------------------
+
+    private void assumeCommand(String command) {
+        org.junit.jupiter.api.Assumptions.assumeTrue(server.hasCommand(command),
+                () -> "skipped: this " + kind() + " server's module has no " + command);
+    }
+
+    @Test
+    void anElectionHandsLeadershipOverAndObserversSeeEveryTerm() throws Exception {
+        assumeCommand("DLOCK.WATCH");
+        dev.dlock.DElection election = dlock.getElection(key);
+        assertTrue(election.leader().isEmpty());
+        List<Optional<dev.dlock.Leader>> seen = new java.util.concurrent.CopyOnWriteArrayList<>();
+        try (dev.dlock.DElection.Observer observer = election.observe(seen::add)) {
+            Poll.until("the first observation", () -> seen.size() == 1);
+            assertTrue(seen.get(0).isEmpty());
+            Lease first = election.campaign("node-a");
+            assertTrue(first.owner().startsWith("node-a#"));
+            assertEquals(32, first.owner().length() - "node-a#".length());
+            assertEquals("node-a", election.leader().orElseThrow().identity());
+            assertEquals(first.token(), election.leader().orElseThrow().term());
+            Poll.until("the observer to see node-a", () -> observer.latest().isPresent()
+                    && observer.latest().get().term() == first.token());
+            CompletableFuture<Lease> second = dlock.getElection(key)
+                    .campaignAsync("node-b", dev.dlock.AcquireOptions.defaults().waitFor(Duration.ofSeconds(10)));
+            Poll.until("the second candidate queued", () -> LockInfo.of(server, key).waiting() == 1);
+            election.resign(first);
+            try (Lease leadership = second.get(5, TimeUnit.SECONDS)) {
+                assertTrue(leadership.token() > first.token(), "terms only grow");
+                Poll.until("the observer to see node-b", () -> observer.latest().isPresent()
+                        && observer.latest().get().identity().equals("node-b"));
+            }
+            Poll.until("the observer to see nobody", () -> observer.latest().isEmpty());
+        }
+        Poll.until("the observer's wait to leave the server", () -> {
+            Object info = server.call("INFO", "dlock");
+            return info.toString().contains("dlock_watchers:0");
+        });
+    }
+
+    @Test
+    void aPublisherOfLeadershipStopsWhenCancelled() throws Exception {
+        assumeCommand("DLOCK.WATCH");
+        dev.dlock.DElection election = dlock.getElection(key);
+        List<Optional<dev.dlock.Leader>> seen = new java.util.concurrent.CopyOnWriteArrayList<>();
+        AtomicReference<java.util.concurrent.Flow.Subscription> subscription = new AtomicReference<>();
+        election.observations().subscribe(new java.util.concurrent.Flow.Subscriber<>() {
+            @Override
+            public void onSubscribe(java.util.concurrent.Flow.Subscription s) {
+                subscription.set(s);
+                s.request(Long.MAX_VALUE);
+            }
+
+            @Override
+            public void onNext(Optional<dev.dlock.Leader> item) {
+                seen.add(item);
+            }
+
+            @Override
+            public void onError(Throwable throwable) {
+            }
+
+            @Override
+            public void onComplete() {
+            }
+        });
+        try (Lease leadership = election.campaign("node-x", dev.dlock.AcquireOptions.defaults())) {
+            Poll.until("the publisher to deliver node-x", () -> seen.stream()
+                    .anyMatch(s -> s.isPresent() && s.get().term() == leadership.token()));
+        }
+        subscription.get().cancel();
+        Poll.until("the observer's wait to leave the server", () -> server.call("INFO", "dlock").toString().contains("dlock_watchers:0"));
+    }
+
+    @Test
+    void weightedPermitsAddUpToTheLimit() throws Exception {
+        org.junit.jupiter.api.Assumptions.assumeTrue(
+                !String.valueOf(server.call("DLOCK.ACQUIRE", key + ":probe", "p", "10", "SHARED", "LIMIT", "2", "WEIGHT", "1")).startsWith("ERR"),
+                () -> "skipped: this " + kind() + " server's module has no WEIGHT");
+        server.call("DEL", key + ":probe");
+        DSemaphore semaphore = dlock.getSemaphore(key, 5);
+        Lease three = semaphore.acquire(3, Duration.ZERO);
+        assertTrue(semaphore.tryAcquire(3).isEmpty(), "3 + 3 > 5");
+        Lease two = semaphore.tryAcquire(2).orElseThrow();
+        assertTrue(semaphore.tryAcquire().isEmpty());
+        three.close();
+        semaphore.tryAcquire(3).orElseThrow().close();
+        two.close();
+        assertNull(LockInfo.of(server, key));
+    }
+
     @Test
     void aFairTryLeavesAReservation() throws Exception {
         DLock fair = dlock.getFairLock(key);

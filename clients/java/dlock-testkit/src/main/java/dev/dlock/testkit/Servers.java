@@ -15,8 +15,8 @@ public final class Servers implements BeforeAllCallback {
     private static final Map<RedisServer.Kind, RedisServer> RUNNING = new EnumMap<>(RedisServer.Kind.class);
     private static final Map<RedisServer.Kind, String> MISSING = new EnumMap<>(RedisServer.Kind.class);
 
-    /** The root store closes this at the end of the run. */
-    private static final class Stopper implements ExtensionContext.Store.CloseableResource, AutoCloseable {
+    /** The root store closes this (an AutoCloseable) at the end of the run. */
+    private static final class Stopper implements AutoCloseable {
         @Override
         public void close() {
             synchronized (RUNNING) {
