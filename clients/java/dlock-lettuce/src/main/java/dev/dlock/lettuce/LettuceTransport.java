@@ -43,16 +43,14 @@ public final class LettuceTransport implements Transport {
     private static final byte[] ID = "ID".getBytes();
 
     private final RedisClient client;
-    private final boolean ownsResources;
     private final int maxIdleBlocking;
     private final ConcurrentLinkedDeque<Dedicated> idle = new ConcurrentLinkedDeque<>();
     private final Object sharedLock = new Object();
     private volatile StatefulRedisConnection<byte[], byte[]> shared;
     private volatile boolean closed;
 
-    private LettuceTransport(RedisClient client, boolean ownsResources, int maxIdleBlocking) {
+    private LettuceTransport(RedisClient client, int maxIdleBlocking) {
         this.client = client;
-        this.ownsResources = ownsResources;
         this.maxIdleBlocking = maxIdleBlocking;
     }
 
@@ -65,7 +63,7 @@ public final class LettuceTransport implements Transport {
     public static LettuceTransport create(RedisURI uri) {
         RedisClient client = RedisClient.create(uri);
         client.setOptions(options());
-        return new LettuceTransport(client, true, 16);
+        return new LettuceTransport(client, 16);
     }
 
     /**
@@ -78,7 +76,7 @@ public final class LettuceTransport implements Transport {
     public static LettuceTransport create(ClientResources resources, RedisURI uri) {
         RedisClient client = RedisClient.create(resources, uri);
         client.setOptions(options());
-        return new LettuceTransport(client, false, 16);
+        return new LettuceTransport(client, 16);
     }
 
     /** @return the options dlock's connections use */
@@ -181,7 +179,6 @@ public final class LettuceTransport implements Transport {
             }
             return replies;
         }
-        connection.setAutoFlushCommands(true);
         for (Command command : commands) {
             replies.add(dispatch(connection, command.args()));
         }
@@ -254,10 +251,7 @@ public final class LettuceTransport implements Transport {
                 shared = null;
             }
         }
-        if (ownsResources) {
-            client.shutdown(Duration.ZERO, Duration.ofSeconds(2));
-        } else {
-            client.shutdown(Duration.ZERO, Duration.ofSeconds(2));
-        }
+        // Shuts down the event loops only when this transport created them.
+        client.shutdown(Duration.ZERO, Duration.ofSeconds(2));
     }
 }

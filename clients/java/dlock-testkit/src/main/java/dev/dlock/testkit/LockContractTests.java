@@ -282,6 +282,26 @@ public abstract class LockContractTests {
         assertThrows(LockLostException.class, lock::unlock);
     }
 
+    @Test
+    void aKilledServerIsReportedLostBeforeTheLeaseEnds() throws Exception {
+        RedisServer own = RedisServer.start(kind());
+        try {
+            DLockClient client = new DLockClient(transport(own),
+                    DLockConfig.builder().defaultLease(Duration.ofMillis(1000)).build());
+            closeables.add(client);
+            long sent = System.nanoTime();
+            Lease lease = client.getLock(key).acquire(Duration.ZERO);
+            own.kill();
+            LostReason reason = lease.lost().toCompletableFuture().get(5, TimeUnit.SECONDS);
+            long elapsed = System.nanoTime() - sent;
+            assertEquals(LostReason.DEADLINE, reason);
+            assertTrue(elapsed < TimeUnit.MILLISECONDS.toNanos(1000), "lost within the lease: " + elapsed / 1_000_000 + " ms");
+            assertFalse(lease.isValid());
+        } finally {
+            own.close();
+        }
+    }
+
     // ---- the handle API -----------------------------------------------------------------------
 
     @Test
