@@ -8,11 +8,11 @@ use dlock::lock::latch;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    // The first byte picks the encoding version (1 or 2).
+    // The first byte picks the encoding version (1, 2 or 3).
     let Some((first, payload)) = data.split_first() else {
         return;
     };
-    let version = 1 + i32::from(first & 1);
+    let version = 1 + i32::from(first % 3);
     if let Some(lock) = decode(&mut SliceSource { bytes: payload }, version) {
         let mut sink = VecSink::default();
         encode(&lock, &mut sink);

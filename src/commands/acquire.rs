@@ -1,4 +1,4 @@
-//! `DLOCK.ACQUIRE key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]`
+//! `DLOCK.ACQUIRE key owner ttl [SHARED] [LIMIT n] [WEIGHT w] [BLOCK timeout] [SESSION]`
 //!
 //! Takes the lock for `owner` with a lease of `ttl` milliseconds, exclusively
 //! or (with `SHARED`) beside other shared holders.
@@ -8,9 +8,14 @@
 //! * `ttl`: a positive integer below 2^53.
 //! * `SHARED`: a shared hold (a read lock, a semaphore permit). Without it the
 //!   hold is exclusive: it excludes every other owner in either mode.
-//! * `LIMIT n` (with `SHARED` only; 1 <= n < 2^32): compatible only if at most
-//!   `n` distinct owners, the caller included, would then hold the lock
-//!   shared (a semaphore of `n` permits). Without it there is no bound.
+//! * `LIMIT n` (with `SHARED` only; 1 <= n < 2^32): compatible only if the
+//!   weights of the distinct owners that would then hold the lock shared,
+//!   the caller included, add up to at most `n` (a semaphore of `n`
+//!   permits). Without it there is no bound.
+//! * `WEIGHT w` (with `SHARED` and `LIMIT` only; 1 <= w <= n): the caller
+//!   takes `w` permits (1 without it). One owner has one weight per lock:
+//!   a shared request of an owner that holds the lock shared, or waits for
+//!   it shared, with another weight is refused.
 //! * `BLOCK timeout`: when the lock is not granted at once, wait in the
 //!   lock's FIFO queue for up to `timeout` ms (0: forever). Ignored inside
 //!   MULTI/EXEC, scripts and functions, where one immediate attempt is made.
@@ -37,11 +42,14 @@
 //!
 //! Errors: arity, `ERR invalid ttl`, `ERR invalid owner`, `ERR invalid
 //! timeout`, `ERR invalid limit`, `ERR syntax error` (unknown or repeated
-//! option, LIMIT without SHARED), `DEADLOCK` (an upgrade with BLOCK while
+//! option, LIMIT without SHARED; `WEIGHT needs SHARED and LIMIT`), `ERR
+//! invalid weight` (outside 1..=LIMIT, or another weight than the owner's
+//! on this lock, which changes nothing), `DEADLOCK` (an upgrade with BLOCK while
 //! another owner's upgrade waits), `WRONGTYPE`.
 
 use super::parser::{
-    is_keyword, parse_limit, parse_owner, parse_timeout, parse_ttl, ArgCursor, ArgSource, OwnerArg,
+    is_keyword, parse_limit, parse_owner, parse_timeout, parse_ttl, parse_weight, ArgCursor,
+    ArgSource, OwnerArg,
 };
 use super::{CommandError, CommandResult};
 use crate::clock;
@@ -77,7 +85,8 @@ pub enum Fallback {
 }
 
 impl<'a> Acquire<'a> {
-    /// Parses `key owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]` (argv[1..]).
+    /// Parses `key owner ttl [SHARED] [LIMIT n] [WEIGHT w] [BLOCK timeout]
+    /// [SESSION]` (argv[1..]).
     pub fn parse(args: impl ArgSource<'a>) -> Result<Self, CommandError> {
         if args.count() < 4 {
             return Err(CommandError::WrongArity);
@@ -92,6 +101,7 @@ impl<'a> Acquire<'a> {
             block_ms: None,
             session: false,
         };
+        let mut weight = None;
         while let Some(option) = cursor.next_arg() {
             if is_keyword(option, "BLOCK") && request.block_ms.is_none() {
                 request.block_ms = Some(parse_timeout(cursor.option_value()?)?);
@@ -101,8 +111,20 @@ impl<'a> Acquire<'a> {
                 request.want.mode = Mode::Shared;
             } else if is_keyword(option, "LIMIT") && request.want.limit.is_none() {
                 request.want.limit = Some(parse_limit(cursor.option_value()?)?);
+            } else if is_keyword(option, "WEIGHT") && weight.is_none() {
+                weight = Some(parse_weight(cursor.option_value()?)?);
             } else {
                 return Err(CommandError::Syntax);
+            }
+        }
+        if let Some(weight) = weight {
+            if request.want.mode != Mode::Shared {
+                return Err(CommandError::WeightWithoutLimit);
+            }
+            match request.want.limit {
+                None => return Err(CommandError::WeightWithoutLimit),
+                Some(limit) if weight > limit => return Err(CommandError::InvalidWeight),
+                Some(_) => request.want.weight = weight,
             }
         }
         if request.want.limit.is_some() && request.want.mode != Mode::Shared {
@@ -142,6 +164,12 @@ impl<'a> Acquire<'a> {
         // The command's time, taken once: leases and the token floor.
         let now_us = clock::command_now_us();
         let now_ms = now_us / 1_000;
+        if key
+            .lock()
+            .is_some_and(|lock| lock.weight_conflict(owner, self.want, now_ms))
+        {
+            return Err(CommandError::WeightMismatch);
+        }
         // The grace window defers new holds: as if the lock were held.
         let window = grace::window(now_ms);
         if lock::grace::defers(window, key.lock(), owner, self.want, now_ms) {
@@ -407,10 +435,7 @@ mod tests {
 
     #[test]
     fn parses_shared_and_limit_in_any_order() {
-        let semaphore = Want {
-            mode: Mode::Shared,
-            limit: Some(10),
-        };
+        let semaphore = Want::shared(Some(10));
         for args in [
             &[
                 &b"DLOCK.ACQUIRE"[..],
@@ -444,14 +469,128 @@ mod tests {
         ];
         assert_eq!(
             parse(read).map(|a| (a.want, a.block_ms)),
-            Ok((
-                Want {
-                    mode: Mode::Shared,
-                    limit: None
-                },
-                Some(5)
-            ))
+            Ok((Want::shared(None), Some(5)))
         );
+    }
+
+    #[test]
+    fn parses_weight_with_shared_and_limit_only() {
+        let weighted: &[&[u8]] = &[
+            b"DLOCK.ACQUIRE",
+            b"k",
+            b"w",
+            b"9",
+            b"WEIGHT",
+            b"3",
+            b"SHARED",
+            b"LIMIT",
+            b"4",
+        ];
+        assert_eq!(parse(weighted).map(|a| a.want), Ok(Want::weighted(4, 3)));
+        let full: &[&[u8]] = &[
+            b"DLOCK.ACQUIRE",
+            b"k",
+            b"w",
+            b"9",
+            b"SHARED",
+            b"LIMIT",
+            b"4",
+            b"weight",
+            b"4",
+        ];
+        assert_eq!(parse(full).map(|a| a.want), Ok(Want::weighted(4, 4)));
+        let cases: &[(&[&[u8]], CommandError)] = &[
+            (
+                &[b"DLOCK.ACQUIRE", b"k", b"me", b"10", b"WEIGHT", b"1"],
+                CommandError::WeightWithoutLimit,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"WEIGHT",
+                    b"1",
+                ],
+                CommandError::WeightWithoutLimit,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"LIMIT",
+                    b"3",
+                    b"WEIGHT",
+                    b"4",
+                ],
+                CommandError::InvalidWeight,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"LIMIT",
+                    b"3",
+                    b"WEIGHT",
+                    b"0",
+                ],
+                CommandError::InvalidWeight,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"LIMIT",
+                    b"3",
+                    b"WEIGHT",
+                    b"-1",
+                ],
+                CommandError::InvalidWeight,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"LIMIT",
+                    b"3",
+                    b"WEIGHT",
+                ],
+                CommandError::Syntax,
+            ),
+            (
+                &[
+                    b"DLOCK.ACQUIRE",
+                    b"k",
+                    b"me",
+                    b"10",
+                    b"SHARED",
+                    b"LIMIT",
+                    b"3",
+                    b"WEIGHT",
+                    b"1",
+                    b"WEIGHT",
+                    b"1",
+                ],
+                CommandError::Syntax,
+            ),
+        ];
+        for (args, error) in cases {
+            assert_eq!(parse(args), Err(*error), "{args:?}");
+        }
     }
 
     #[test]

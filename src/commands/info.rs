@@ -13,12 +13,15 @@
 //! * `queue`: array of the queued owners, head first;
 //! * `shared`: the number of owners holding the lock shared;
 //! * `holders`: one entry per owner holding the lock in any mode, in the
-//!   order their holds began: `[owner, exclusive holds, shared holds, token, pttl]`.
+//!   order their holds began: `[owner, exclusive holds, shared holds, token,
+//!   pttl, weight]`, the weight being the permits its shared holds take
+//!   (WEIGHT; 1 for exclusive holds and unweighted shared ones).
 //!
 //! With `FULL` (as `XINFO STREAM key FULL`), two more fields:
 //! * `queue-detail`: one map per `queue` entry, in the same order: `owner`,
 //!   `kind` (`blocked` or `reservation`), `mode` (`exclusive` or `shared`),
-//!   `limit` (integer, or null without LIMIT), `waited-ms` (since the owner
+//!   `limit` (integer, or null without LIMIT), `weight` (the permits it
+//!   asks for: WEIGHT, 1 without), `waited-ms` (since the owner
 //!   took this place; -1 when unknown: a reservation loaded from a file or
 //!   replicated), `expires-in-ms` (until the BLOCK timeout or the
 //!   reservation's deadline; -1 for BLOCK 0), `client-id` (the blocked
@@ -88,12 +91,13 @@ pub fn run(ctx: Ctx, args: &Argv<'_>) -> CommandResult {
     ctx.reply_bulk(b"holders");
     ctx.reply_array(lock.live_holders(now_ms).count());
     for hold in lock.live_holders(now_ms) {
-        ctx.reply_array(5);
+        ctx.reply_array(6);
         ctx.reply_bulk(&hold.owner);
         ctx.reply_count(hold.exclusive);
-        ctx.reply_count(hold.shared);
+        ctx.reply_count(u64::from(hold.shared));
         ctx.reply_count(hold.token);
         ctx.reply_count(hold.remaining_ms(now_ms));
+        ctx.reply_count(u64::from(hold.weight));
     }
     if full {
         reply_details(ctx, lock, now_ms);
@@ -114,7 +118,7 @@ fn reply_details(ctx: Ctx, lock: &Lock, now_ms: u64) {
     ctx.reply_bulk(b"queue-detail");
     ctx.reply_array(lock.waiting(now_ms));
     for entry in lock.queue().live_entries(now_ms) {
-        ctx.reply_map(7);
+        ctx.reply_map(8);
         ctx.reply_bulk(b"owner");
         ctx.reply_bulk(&entry.owner);
         let want = entry.want();
@@ -136,6 +140,8 @@ fn reply_details(ctx: Ctx, lock: &Lock, now_ms: u64) {
         });
         ctx.reply_bulk(b"limit");
         reply_optional(want.limit.map(u64::from));
+        ctx.reply_bulk(b"weight");
+        ctx.reply_count(u64::from(want.weight));
         ctx.reply_bulk(b"waited-ms");
         match entry.since_ms {
             0 => ctx.reply_integer(-1),
@@ -157,7 +163,7 @@ fn reply_details(ctx: Ctx, lock: &Lock, now_ms: u64) {
         ctx.reply_bulk(b"exclusive");
         ctx.reply_count(hold.exclusive);
         ctx.reply_bulk(b"shared");
-        ctx.reply_count(hold.shared);
+        ctx.reply_count(u64::from(hold.shared));
         ctx.reply_bulk(b"token");
         ctx.reply_count(hold.token);
         ctx.reply_bulk(b"pttl");

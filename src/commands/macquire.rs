@@ -1,4 +1,4 @@
-//! `DLOCK.MACQUIRE numkeys key [key ...] owner ttl [SHARED] [LIMIT n] [BLOCK timeout] [SESSION]`
+//! `DLOCK.MACQUIRE numkeys key [key ...] owner ttl [SHARED] [LIMIT n] [WEIGHT w] [BLOCK timeout] [SESSION]`
 //!
 //! Takes a hold for `owner` on every key in one atomic step, or changes
 //! nothing. Each key is judged by the rules of its own lock and queue, as if
@@ -20,7 +20,9 @@
 //! (without BLOCK) or when the BLOCK timeout passes.
 //!
 //! Errors: arity, `ERR invalid numkeys`, `ERR duplicate key`, the errors of
-//! `DLOCK.ACQUIRE`'s arguments, `WRONGTYPE`. Nothing changes on any error.
+//! `DLOCK.ACQUIRE`'s arguments, `ERR invalid weight` when the owner has
+//! another weight on any of the keys, `WRONGTYPE`. Nothing changes on any
+//! error.
 //! In Redis Cluster every key must hash to one slot (Redis answers
 //! `CROSSSLOT`).
 
@@ -118,6 +120,16 @@ impl MultiAcquire<'_> {
         for name in names {
             keys.push(ctx.open_lock(*name, true)?);
         }
+        // One weight per owner and lock: a conflict on any key refuses the
+        // whole request before anything changes.
+        let now_ms = clock::now_ms();
+        let conflict = keys.iter().any(|key| {
+            key.lock()
+                .is_some_and(|lock| lock.weight_conflict(owner, request.want, now_ms))
+        });
+        if conflict {
+            return Err(CommandError::WeightMismatch);
+        }
         let mut fresh = vec![false; names.len()];
         for (index, (name, key)) in names.iter().zip(keys.iter_mut()).enumerate() {
             orphans::adopt_orphans_at(ctx, *name, key);
@@ -129,7 +141,6 @@ impl MultiAcquire<'_> {
                 fresh[index] = true;
             }
         }
-        let now_ms = clock::now_ms();
         let mut steps: Vec<Step<'static>> = names.iter().map(|_| keyspace::step(now_ms)).collect();
         let granted = {
             let mut locks: Vec<&mut Lock> = keys.iter_mut().filter_map(LockKey::lock_mut).collect();

@@ -41,6 +41,13 @@ pub enum CommandError {
     InvalidTimeout,
     /// LIMIT outside 1..2^32.
     InvalidLimit,
+    /// WEIGHT without both SHARED and LIMIT.
+    WeightWithoutLimit,
+    /// WEIGHT outside 1..=LIMIT.
+    InvalidWeight,
+    /// A shared request of an owner that already has another weight on the
+    /// lock (held shared, or waiting shared).
+    WeightMismatch,
     /// A second owner asked to wait for an upgrade while one already waits.
     Deadlock,
     /// A numeric field of the internal replication command is out of range.
@@ -87,6 +94,15 @@ impl CommandError {
             }
             CommandError::InvalidLimit => {
                 c"ERR invalid limit: LIMIT takes an integer from 1 to 4294967295"
+            }
+            CommandError::WeightWithoutLimit => {
+                c"ERR syntax error: WEIGHT needs SHARED and LIMIT"
+            }
+            CommandError::InvalidWeight => {
+                c"ERR invalid weight: WEIGHT takes an integer from 1 to the LIMIT"
+            }
+            CommandError::WeightMismatch => {
+                c"ERR invalid weight: this owner already holds or waits for this lock shared with another weight (one weight per owner and lock)"
             }
             CommandError::Deadlock => {
                 c"DEADLOCK another owner already waits to upgrade its shared hold on this lock; each would wait for the other"

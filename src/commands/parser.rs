@@ -122,6 +122,15 @@ pub fn parse_limit(limit: &[u8]) -> Result<u32, CommandError> {
         .ok_or(CommandError::InvalidLimit)
 }
 
+/// Reads a WEIGHT: an integer in 1..2^32 (checked against the LIMIT by the
+/// caller).
+pub fn parse_weight(weight: &[u8]) -> Result<u32, CommandError> {
+    parse_i64(weight)
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n >= 1)
+        .ok_or(CommandError::InvalidWeight)
+}
+
 /// Parses a decimal integer with Redis's strictness: an optional `-`, digits,
 /// no leading zeros, no spaces, no `+`, no overflow.
 pub fn parse_i64(text: &[u8]) -> Option<i64> {

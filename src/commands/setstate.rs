@@ -1,8 +1,8 @@
-//! `DLOCK.SETSTATE key HOLD owner exclusive token deadline [SHARED shared]`
-//! `DLOCK.SETSTATE key HOLDER owner exclusive token deadline [SHARED shared]`
+//! `DLOCK.SETSTATE key HOLD owner exclusive token deadline [SHARED shared [WEIGHT w]]`
+//! `DLOCK.SETSTATE key HOLDER owner exclusive token deadline [SHARED shared [WEIGHT w]]`
 //! `DLOCK.SETSTATE key DROP owner`
 //! `DLOCK.SETSTATE key FREE`
-//! `DLOCK.SETSTATE key RESERVE owner deadline [SHARED limit]` (internal)
+//! `DLOCK.SETSTATE key RESERVE owner deadline [SHARED limit [WEIGHT w]]` (internal)
 //!
 //! The deterministic effects of lock changes, as the replication stream and
 //! the AOF carry them (absolute deadlines in ms since the epoch, explicit
@@ -10,7 +10,8 @@
 //!
 //! * `HOLD`: `owner` is the only holder, with `exclusive` exclusive and
 //!   `shared` shared holds (0 when absent; together at least 1) under fencing
-//!   token `token` until `deadline`; every other hold ends.
+//!   token `token` until `deadline`; every other hold ends. `WEIGHT w`: the
+//!   permits the shared holds take together (1 when absent).
 //! * `HOLDER`: the same for one owner beside other holders, whose holds stay.
 //!   For both, a token other than the owner's current one is a new hold (or
 //!   an upgrade), which fulfils that owner's reservations (as on the
@@ -20,7 +21,8 @@
 //! * `FREE`: every hold ended; the queued reservations stay.
 //! * `RESERVE`: `owner` keeps a place in the queue until `deadline` (a new
 //!   place at the tail, or its existing place refreshed), for an exclusive
-//!   hold, or with `SHARED limit` for a shared one (limit 0: no LIMIT).
+//!   hold, or with `SHARED limit` for a shared one (limit 0: no LIMIT), of
+//!   `WEIGHT w` permits (1 when absent; at most the limit).
 //!
 //! After each, the key expires at the latest of the leases and the
 //! reservation deadlines. Blocked waiters are connection state and are never
@@ -45,6 +47,8 @@ pub enum SetState<'a> {
         shared: u64,
         token: u64,
         deadline_ms: u64,
+        /// The weight of the shared holds (1 without).
+        weight: u32,
         /// `HOLD`: the only holder; `HOLDER`: one of several.
         only_holder: bool,
     },
@@ -75,19 +79,24 @@ impl<'a> SetState<'a> {
             let shared = match cursor.next_arg() {
                 None => 0,
                 Some(option) if is_keyword(option, "SHARED") => {
-                    number(cursor.option_value()?, 1, u64::MAX)?
+                    number(cursor.option_value()?, 1, u64::from(u32::MAX))?
                 }
                 Some(_) => return Err(CommandError::Syntax),
             };
             if exclusive == 0 && shared == 0 {
                 return Err(CommandError::InvalidState);
             }
+            let weight = match shared {
+                0 => 1,
+                _ => weight(&mut cursor, u32::MAX)?,
+            };
             SetState::Hold {
                 owner,
                 exclusive,
                 shared,
                 token,
                 deadline_ms,
+                weight,
                 only_holder,
             }
         } else if is_keyword(operation, "DROP") {
@@ -103,9 +112,11 @@ impl<'a> SetState<'a> {
                 None => Want::EXCLUSIVE,
                 Some(option) if is_keyword(option, "SHARED") => {
                     let limit = number(cursor.option_value()?, 0, u64::from(u32::MAX))?;
+                    let limit = u32::try_from(limit).ok().filter(|limit| *limit > 0);
                     Want {
                         mode: Mode::Shared,
-                        limit: u32::try_from(limit).ok().filter(|limit| *limit > 0),
+                        limit,
+                        weight: weight(&mut cursor, limit.unwrap_or(1))?,
                     }
                 }
                 Some(_) => return Err(CommandError::Syntax),
@@ -135,10 +146,12 @@ impl<'a> SetState<'a> {
                 shared,
                 token,
                 deadline_ms,
+                weight,
                 only_holder,
             } => {
-                let hold = valid_hold(owner.into(), exclusive, shared, token, deadline_ms)
+                let mut hold = valid_hold(owner.into(), exclusive, shared, token, deadline_ms)
                     .ok_or(CommandError::InvalidState)?;
+                hold.weight = weight;
                 lock.apply_hold(hold, only_holder);
                 tokens::observe(token);
             }
@@ -164,6 +177,22 @@ fn stored_owner(owner: &[u8]) -> Result<&[u8], CommandError> {
         Err(CommandError::InvalidOwner)
     } else {
         Ok(owner)
+    }
+}
+
+/// An optional `WEIGHT w` (1..=`max`) after a shared count or limit; 1
+/// when absent.
+fn weight<'a>(
+    cursor: &mut ArgCursor<'a, impl ArgSource<'a>>,
+    max: u32,
+) -> Result<u32, CommandError> {
+    match cursor.next_arg() {
+        None => Ok(1),
+        Some(option) if is_keyword(option, "WEIGHT") => {
+            let weight = number(cursor.option_value()?, 1, u64::from(max))?;
+            u32::try_from(weight).map_err(|_| CommandError::InvalidState)
+        }
+        Some(_) => Err(CommandError::Syntax),
     }
 }
 
@@ -207,6 +236,7 @@ mod tests {
                 shared: 0,
                 token: 9,
                 deadline_ms: 1_700_000_000_000,
+                weight: 1,
                 only_holder: true,
             })
         );
@@ -240,6 +270,7 @@ mod tests {
                 shared: 3,
                 token: 9,
                 deadline_ms: 5,
+                weight: 1,
                 only_holder: false,
             })
         );
@@ -259,11 +290,110 @@ mod tests {
             Ok(SetState::Reserve {
                 owner: b"o",
                 deadline_ms: 5,
-                want: Want {
-                    mode: Mode::Shared,
-                    limit: None
-                },
+                want: Want::shared(None),
             })
+        );
+    }
+
+    #[test]
+    fn parses_weights_of_holds_and_reservations() {
+        let holder: &[&[u8]] = &[
+            b"DLOCK.SETSTATE",
+            b"k",
+            b"HOLDER",
+            b"o",
+            b"0",
+            b"9",
+            b"5",
+            b"SHARED",
+            b"2",
+            b"WEIGHT",
+            b"3",
+        ];
+        assert_eq!(
+            SetState::parse(holder),
+            Ok(SetState::Hold {
+                owner: b"o",
+                exclusive: 0,
+                shared: 2,
+                token: 9,
+                deadline_ms: 5,
+                weight: 3,
+                only_holder: false,
+            })
+        );
+        let reserve: &[&[u8]] = &[
+            b"DLOCK.SETSTATE",
+            b"k",
+            b"RESERVE",
+            b"o",
+            b"5",
+            b"SHARED",
+            b"4",
+            b"WEIGHT",
+            b"4",
+        ];
+        assert_eq!(
+            SetState::parse(reserve),
+            Ok(SetState::Reserve {
+                owner: b"o",
+                deadline_ms: 5,
+                want: Want::weighted(4, 4),
+            })
+        );
+        for bad in [
+            &[
+                &b"DLOCK.SETSTATE"[..],
+                b"k",
+                b"RESERVE",
+                b"o",
+                b"5",
+                b"SHARED",
+                b"4",
+                b"WEIGHT",
+                b"5",
+            ][..],
+            &[
+                b"DLOCK.SETSTATE",
+                b"k",
+                b"RESERVE",
+                b"o",
+                b"5",
+                b"SHARED",
+                b"0",
+                b"WEIGHT",
+                b"2",
+            ],
+            &[
+                b"DLOCK.SETSTATE",
+                b"k",
+                b"HOLD",
+                b"o",
+                b"0",
+                b"9",
+                b"5",
+                b"SHARED",
+                b"1",
+                b"WEIGHT",
+                b"0",
+            ],
+        ] {
+            assert_eq!(SetState::parse(bad), Err(CommandError::InvalidState));
+        }
+        let weight_without_shared: &[&[u8]] = &[
+            b"DLOCK.SETSTATE",
+            b"k",
+            b"HOLD",
+            b"o",
+            b"1",
+            b"9",
+            b"5",
+            b"WEIGHT",
+            b"2",
+        ];
+        assert_eq!(
+            SetState::parse(weight_without_shared),
+            Err(CommandError::Syntax)
         );
     }
 

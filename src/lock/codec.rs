@@ -1,21 +1,26 @@
 //! The persisted form of a lock, over a small reader/writer pair so that the
 //! same decoder runs on Redis's RDB I/O, in unit tests and under the fuzzer.
 //!
-//! Encoding version 2 (written):
+//! Encoding version 3 (written):
 //!
 //! ```text
 //! unsigned  number of holders, then for each, in the order its hold began:
 //!           buffer   owner (1..=512 bytes)
 //!           unsigned exclusive holds
-//!           unsigned shared holds (exclusive + shared >= 1)
+//!           unsigned shared holds (< 2^32; exclusive + shared >= 1)
 //!           unsigned token (1..=i64::MAX)
 //!           unsigned lease deadline, ms since the epoch (<= i64::MAX)
+//!           unsigned weight of the shared holds (1..2^32; 1 without any)
 //! unsigned  number of FAIR reservations, then for each, in queue order:
 //!           buffer   owner
 //!           unsigned deadline
 //!           unsigned mode (0 exclusive, 1 shared)
 //!           unsigned LIMIT (0: none; else < 2^32)
+//!           unsigned WEIGHT (1..=LIMIT; 1 without LIMIT)
 //! ```
+//!
+//! Version 2 (read only; shared holds before weights): version 3 without
+//! the two weights, each of which is then 1.
 //!
 //! Version 1 (read only; the exclusive lock before shared holds):
 //!
@@ -30,7 +35,10 @@
 use super::{EntryKind, Hold, Lock, Mode, Want, MAX_OWNER_LEN, MAX_TOKEN};
 
 /// The encoding version [`encode`] writes.
-pub const VERSION: i32 = 2;
+pub const VERSION: i32 = 3;
+
+/// The encoding of shared holds before weights (read only).
+const SHARED_VERSION: i32 = 2;
 
 /// More holders or reservations than this in one value is a corrupt payload.
 pub const MAX_STORED_RESERVATIONS: u64 = 1 << 32;
@@ -47,15 +55,16 @@ pub trait Sink {
     fn buffer(&mut self, bytes: &[u8]);
 }
 
-/// Writes the persistent part of `lock` (version 2).
+/// Writes the persistent part of `lock` (version 3).
 pub fn encode(lock: &Lock, sink: &mut impl Sink) {
     sink.unsigned(lock.holders().len() as u64);
     for hold in lock.holders().iter() {
         sink.buffer(&hold.owner);
         sink.unsigned(hold.exclusive);
-        sink.unsigned(hold.shared);
+        sink.unsigned(u64::from(hold.shared));
         sink.unsigned(hold.token);
         sink.unsigned(hold.deadline_ms);
+        sink.unsigned(u64::from(hold.weight));
     }
     sink.unsigned(lock.queue().reservation_count() as u64);
     for (owner, deadline_ms, want) in reservations(lock) {
@@ -66,6 +75,7 @@ pub fn encode(lock: &Lock, sink: &mut impl Sink) {
             Mode::Shared => 1,
         });
         sink.unsigned(want.limit.map_or(0, u64::from));
+        sink.unsigned(u64::from(want.weight));
     }
 }
 
@@ -93,9 +103,11 @@ pub fn valid_hold(
     token: u64,
     deadline_ms: u64,
 ) -> Option<Hold> {
+    // Shared counts are 32-bit (no owner re-enters four billion times).
+    let shared = u32::try_from(shared).ok()?;
     let valid = valid_owner(&owner)
         && exclusive
-            .checked_add(shared)
+            .checked_add(u64::from(shared))
             .is_some_and(|total| total >= 1)
         && (1..=MAX_TOKEN).contains(&token)
         && deadline_ms <= MAX_TOKEN;
@@ -106,7 +118,15 @@ pub fn valid_hold(
         token,
         deadline_ms,
         session: None,
+        weight: 1,
     })
+}
+
+/// A stored weight: 1..2^32, and 1 for holds or requests that are not
+/// shared (`shared`: whether it is).
+fn valid_weight(weight: u64, shared: bool) -> Option<u32> {
+    let weight = u32::try_from(weight).ok().filter(|weight| *weight >= 1)?;
+    (shared || weight == 1).then_some(weight)
 }
 
 /// Reads and validates one lock of encoding `version`; `None` for a
@@ -114,12 +134,15 @@ pub fn valid_hold(
 pub fn decode(source: &mut impl Source, version: i32) -> Option<Lock> {
     match version {
         1 => decode_v1(source),
-        VERSION => decode_v2(source),
+        SHARED_VERSION => decode_shared(source, false),
+        VERSION => decode_shared(source, true),
         _ => None,
     }
 }
 
-fn decode_v2(source: &mut impl Source) -> Option<Lock> {
+/// Versions 2 and 3: the same layout, with (`weighted`) or without the
+/// weights.
+fn decode_shared(source: &mut impl Source, weighted: bool) -> Option<Lock> {
     let mut lock = Lock::new();
     let holders = source.unsigned()?;
     if holders > MAX_STORED_RESERVATIONS {
@@ -131,7 +154,10 @@ fn decode_v2(source: &mut impl Source) -> Option<Lock> {
         let shared = source.unsigned()?;
         let token = source.unsigned()?;
         let deadline_ms = source.unsigned()?;
-        let hold = valid_hold(owner, exclusive, shared, token, deadline_ms)?;
+        let mut hold = valid_hold(owner, exclusive, shared, token, deadline_ms)?;
+        if weighted {
+            hold.weight = valid_weight(source.unsigned()?, hold.shared > 0)?;
+        }
         let duplicate = lock.holders().get(&hold.owner).is_some();
         let second_exclusive = hold.exclusive > 0 && lock.holders().exclusive_holder().is_some();
         if duplicate || second_exclusive {
@@ -159,13 +185,23 @@ fn decode_v2(source: &mut impl Source) -> Option<Lock> {
             0 => None,
             limit => Some(u32::try_from(limit).ok()?),
         };
+        let weight = match weighted {
+            true => valid_weight(source.unsigned()?, limit.is_some())?,
+            false => 1,
+        };
         if !valid_owner(&owner)
             || deadline_ms > MAX_TOKEN
             || (limit.is_some() && mode != Mode::Shared)
+            || limit.is_some_and(|limit| weight > limit)
         {
             return None;
         }
-        lock.restore_reservation(&owner, Want { mode, limit }, deadline_ms);
+        let want = Want {
+            mode,
+            limit,
+            weight,
+        };
+        lock.restore_reservation(&owner, want, deadline_ms);
     }
     Some(lock)
 }
@@ -262,10 +298,7 @@ mod tests {
                 owner,
                 ttl_ms: 100,
                 session,
-                want: Want {
-                    mode: Mode::Shared,
-                    limit: None,
-                },
+                want: Want::shared(None),
             };
             lock.acquire(request, &mut step);
         }
@@ -277,10 +310,7 @@ mod tests {
             want: Want::EXCLUSIVE,
         };
         lock.enqueue_waiter(b"blocked", waiter, 1_000).unwrap();
-        let shared = Want {
-            mode: Mode::Shared,
-            limit: Some(3),
-        };
+        let shared = Want::shared(Some(3));
         lock.reserve(b"r2", shared, 6_000, 0);
         lock
     }
@@ -302,13 +332,7 @@ mod tests {
             reserved,
             vec![
                 (&b"r1"[..], Want::EXCLUSIVE),
-                (
-                    &b"r2"[..],
-                    Want {
-                        mode: Mode::Shared,
-                        limit: Some(3)
-                    }
-                )
+                (&b"r2"[..], Want::shared(Some(3)))
             ]
         );
     }
@@ -335,6 +359,93 @@ mod tests {
     }
 
     #[test]
+    fn weights_round_trip_and_version_two_loads_with_weight_one() {
+        let mut lock = Lock::new();
+        let tokens = std::cell::Cell::new(0);
+        let next = || {
+            tokens.set(tokens.get() + 1);
+            tokens.get()
+        };
+        let present = |_| true;
+        let mut step = Step::new(1_000, &next, &present);
+        for (owner, weight) in [(&b"a"[..], 3), (b"b", 1)] {
+            let request = Request {
+                owner,
+                ttl_ms: 100,
+                session: None,
+                want: Want::weighted(5, weight),
+            };
+            assert!(lock.acquire(request, &mut step).is_some());
+        }
+        lock.reserve(b"r", Want::weighted(5, 2), 5_000, 0);
+        let mut sink = VecSink::default();
+        encode(&lock, &mut sink);
+        let decoded = decode(&mut SliceSource { bytes: &sink.bytes }, VERSION).unwrap();
+        assert_eq!(decoded, lock.persistent_copy());
+        let weights: Vec<u32> = decoded.holders().iter().map(|h| h.weight).collect();
+        assert_eq!(weights, vec![3, 1]);
+        let reserved: Vec<Want> = reservations(&decoded).map(|(_, _, want)| want).collect();
+        assert_eq!(reserved, vec![Want::weighted(5, 2)]);
+
+        // Version 2: the same fields without the weights.
+        let mut old = VecSink::default();
+        old.unsigned(1);
+        old.buffer(b"reader");
+        old.unsigned(0);
+        old.unsigned(2);
+        old.unsigned(7);
+        old.unsigned(5_000);
+        old.unsigned(1);
+        old.buffer(b"r");
+        old.unsigned(6_000);
+        old.unsigned(1);
+        old.unsigned(3);
+        let lock = decode(&mut SliceSource { bytes: &old.bytes }, 2).unwrap();
+        let hold = lock.holders().single().unwrap();
+        assert_eq!((hold.shared, hold.weight), (2, 1));
+        let reserved: Vec<Want> = reservations(&lock).map(|(_, _, want)| want).collect();
+        assert_eq!(reserved, vec![Want::shared(Some(3))]);
+        assert!(
+            decode(&mut SliceSource { bytes: &old.bytes }, VERSION).is_none(),
+            "a version 2 payload is too short for version 3"
+        );
+    }
+
+    #[test]
+    fn weights_out_of_range_are_rejected() {
+        let payload = |shared: u64, weight: u64, limit: u64, reserved_weight: u64| {
+            let mut sink = VecSink::default();
+            sink.unsigned(1);
+            sink.buffer(b"h");
+            sink.unsigned(1);
+            sink.unsigned(shared);
+            sink.unsigned(7);
+            sink.unsigned(5_000);
+            sink.unsigned(weight);
+            sink.unsigned(1);
+            sink.buffer(b"r");
+            sink.unsigned(6_000);
+            sink.unsigned(1);
+            sink.unsigned(limit);
+            sink.unsigned(reserved_weight);
+            sink.bytes
+        };
+        let load = |bytes: Vec<u8>| decode(&mut SliceSource { bytes: &bytes }, VERSION).is_some();
+        assert!(load(payload(1, 4, 4, 4)));
+        assert!(!load(payload(1, 0, 4, 1)), "weight 0");
+        assert!(!load(payload(1, 1 << 32, 4, 1)), "weight above 2^32 - 1");
+        assert!(!load(payload(0, 2, 4, 1)), "a weight without shared holds");
+        assert!(
+            !load(payload(1, 1, 4, 5)),
+            "a reserved weight above its LIMIT"
+        );
+        assert!(
+            !load(payload(1, 1, 0, 2)),
+            "a reserved weight without LIMIT"
+        );
+    }
+
+    #[test]
     fn every_truncation_is_rejected() {
         let mut sink = VecSink::default();
         encode(&sample(), &mut sink);
@@ -354,10 +465,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn arbitrary_bytes_never_panic_and_decode_only_valid_locks(bytes in prop::collection::vec(any::<u8>(), 0..256), version in 1i32..=2) {
+        fn arbitrary_bytes_never_panic_and_decode_only_valid_locks(bytes in prop::collection::vec(any::<u8>(), 0..256), version in 1i32..=3) {
             if let Some(lock) = decode(&mut SliceSource { bytes: &bytes }, version) {
                 for hold in lock.holders().iter() {
-                    prop_assert!(hold.exclusive + hold.shared >= 1 && hold.token >= 1 && !hold.owner.is_empty());
+                    prop_assert!(hold.total() >= 1 && hold.weight >= 1 && hold.token >= 1 && !hold.owner.is_empty());
                 }
                 if lock.holders().exclusive_holder().is_some() {
                     prop_assert_eq!(lock.holders().len(), 1);

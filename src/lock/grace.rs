@@ -101,10 +101,7 @@ mod tests {
     use proptest::prelude::*;
     use std::cell::Cell;
 
-    const SHARED: Want = Want {
-        mode: Mode::Shared,
-        limit: None,
-    };
+    const SHARED: Want = Want::shared(None);
 
     fn request(owner: &[u8], ttl_ms: u64, want: Want) -> Request<'_> {
         Request {

@@ -297,10 +297,15 @@ impl Lock {
     fn compatible_new(&self, want: Want) -> bool {
         match want.mode {
             Mode::Exclusive => self.holders.is_empty(),
+            // The permits of the shared holders and the requester's own
+            // must fit in the LIMIT it asks for.
             Mode::Shared => {
                 self.holders.exclusive_holder().is_none()
                     && want.limit.is_none_or(|limit| {
-                        self.holders.shared_owners() < usize::try_from(limit).unwrap_or(usize::MAX)
+                        self.holders
+                            .shared_weight()
+                            .saturating_add(u64::from(want.weight))
+                            <= u64::from(limit)
                     })
             }
         }
@@ -381,10 +386,7 @@ impl Lock {
             _ => None,
         };
         let granted = self.holders.update(owner, |hold| {
-            match want.mode {
-                Mode::Exclusive => hold.exclusive = hold.exclusive.saturating_add(1),
-                Mode::Shared => hold.shared = hold.shared.saturating_add(1),
-            }
+            add_one(hold, want);
             hold.deadline_ms = deadline_ms;
             if let Some(token) = new_token {
                 hold.token = token;
@@ -411,6 +413,7 @@ impl Lock {
                     token,
                     deadline_ms,
                     session: session.and_then(std::num::NonZeroU64::new),
+                    weight: first_weight(want),
                 });
                 Grant {
                     token,
@@ -507,10 +510,7 @@ impl Lock {
         }
         let deadline_ms = now_ms.saturating_add(request.ttl_ms);
         let (holds, token) = self.holders.update(request.owner, |hold| {
-            match mode {
-                Mode::Exclusive => hold.exclusive = hold.exclusive.saturating_add(1),
-                Mode::Shared => hold.shared = hold.shared.saturating_add(1),
-            }
+            add_one(hold, request.want);
             hold.deadline_ms = deadline_ms;
             (hold.count(mode), hold.token)
         })?;
@@ -637,6 +637,31 @@ impl Lock {
         })
     }
 
+    /// Whether a shared request of `owner` for `want` names another weight
+    /// than the owner already has on this lock: its live shared hold's, or
+    /// that of a shared request it already waits with (which would become a
+    /// re-entry of that weight). One owner has one weight per lock; such a
+    /// request is refused and changes nothing.
+    pub fn weight_conflict(&self, owner: &[u8], want: Want, now_ms: u64) -> bool {
+        if want.mode != Mode::Shared {
+            return false;
+        }
+        let held = self
+            .live_hold_of(owner, now_ms)
+            .is_some_and(|hold| hold.shared > 0 && hold.weight != want.weight);
+        held || self.queue.entries_of(owner).any(|entry| match &entry.kind {
+            EntryKind::Waiter(waiter) => {
+                waiter.want.mode == Mode::Shared && waiter.want.weight != want.weight
+            }
+            EntryKind::Reservation { .. } => false,
+        })
+    }
+
+    /// The permits the live shared holders take together.
+    pub fn shared_weight(&self, now_ms: u64) -> u64 {
+        self.live_holders(now_ms).map(Hold::shared_weight).sum()
+    }
+
     /// Whether a blocked exclusive request of `owner` would wait as an
     /// upgrade while another upgrade already waits (it would get `Deadlock`).
     pub fn upgrade_would_deadlock(&self, owner: &[u8], now_ms: u64) -> bool {
@@ -678,10 +703,7 @@ impl Lock {
         let remaining = self
             .holders
             .update(owner, |hold| {
-                match mode {
-                    Mode::Exclusive => hold.exclusive -= 1,
-                    Mode::Shared => hold.shared -= 1,
-                }
+                take_one(hold, mode);
                 hold.total()
             })
             .ok_or(NotOwner)?;
@@ -726,10 +748,7 @@ impl Lock {
         if !granted {
             return false;
         }
-        self.holders.update(owner, |hold| match mode {
-            Mode::Exclusive => hold.exclusive -= 1,
-            Mode::Shared => hold.shared -= 1,
-        });
+        self.holders.update(owner, |hold| take_one(hold, mode));
         self.touch(owner, step);
         true
     }
@@ -854,10 +873,7 @@ impl Lock {
             self.queue.remove(seq);
             let deadline_ms = step.now_ms.saturating_add(waiter.ttl_ms);
             let counted = self.holders.update(owner, |hold| {
-                match waiter.want.mode {
-                    Mode::Exclusive => hold.exclusive = hold.exclusive.saturating_add(1),
-                    Mode::Shared => hold.shared = hold.shared.saturating_add(1),
-                }
+                add_one(hold, waiter.want);
                 hold.deadline_ms = deadline_ms;
                 (
                     hold.count(waiter.want.mode),
@@ -985,6 +1001,42 @@ impl Lock {
     }
 }
 
+/// The weight a new hold of `want` starts with: its WEIGHT when shared.
+fn first_weight(want: Want) -> u32 {
+    match want.mode {
+        Mode::Exclusive => 1,
+        Mode::Shared => want.weight,
+    }
+}
+
+/// Adds one hold of `want` to `hold`: a first shared hold brings its
+/// weight, later ones share it (one weight per owner).
+fn add_one(hold: &mut Hold, want: Want) {
+    match want.mode {
+        Mode::Exclusive => hold.exclusive = hold.exclusive.saturating_add(1),
+        Mode::Shared => {
+            if hold.shared == 0 {
+                hold.weight = want.weight;
+            }
+            hold.shared = hold.shared.saturating_add(1);
+        }
+    }
+}
+
+/// Takes one hold of `mode` from `hold` (which has one): the last shared
+/// hold gives back every permit its weight took.
+fn take_one(hold: &mut Hold, mode: Mode) {
+    match mode {
+        Mode::Exclusive => hold.exclusive -= 1,
+        Mode::Shared => {
+            hold.shared -= 1;
+            if hold.shared == 0 {
+                hold.weight = 1;
+            }
+        }
+    }
+}
+
 /// The hold and grant of a request's first hold on a lock nobody holds or
 /// waits for, under `token`.
 fn first_hold_of(request: Request<'_>, now_ms: u64, token: u64) -> (Hold, Grant) {
@@ -999,6 +1051,7 @@ fn first_hold_of(request: Request<'_>, now_ms: u64, token: u64) -> (Hold, Grant)
         token,
         deadline_ms: now_ms.saturating_add(request.ttl_ms),
         session: request.session.and_then(std::num::NonZeroU64::new),
+        weight: first_weight(request.want),
     };
     let grant = Grant {
         token,

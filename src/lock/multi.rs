@@ -265,7 +265,7 @@ mod tests {
                     Op::Acquire { owner, keys, shared, block } => {
                         let owner = vec![b'o', owner];
                         let want = if shared {
-                            Want { mode: Mode::Shared, limit: Some(2) }
+                            Want::shared(Some(2))
                         } else {
                             Want::EXCLUSIVE
                         };

@@ -45,19 +45,48 @@ pub enum EntryKind {
 }
 
 /// What a queue entry asks for: the mode, and for a shared request the
-/// most shared owners it accepts to hold beside (LIMIT).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// most permits it accepts to be held together, its own included (LIMIT),
+/// and how many of them it takes (WEIGHT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Want {
     pub mode: super::Mode,
     /// LIMIT of a shared request; `None`: no bound.
     pub limit: Option<u32>,
+    /// The permits a shared request takes (1..=LIMIT; 1 without LIMIT and
+    /// for exclusive requests).
+    pub weight: u32,
+}
+
+impl Default for Want {
+    fn default() -> Self {
+        Self::EXCLUSIVE
+    }
 }
 
 impl Want {
     pub const EXCLUSIVE: Want = Want {
         mode: super::Mode::Exclusive,
         limit: None,
+        weight: 1,
     };
+
+    /// A shared request of weight 1 with an optional LIMIT.
+    pub const fn shared(limit: Option<u32>) -> Want {
+        Want {
+            mode: super::Mode::Shared,
+            limit,
+            weight: 1,
+        }
+    }
+
+    /// A shared request taking `weight` of `limit` permits.
+    pub const fn weighted(limit: u32, weight: u32) -> Want {
+        Want {
+            mode: super::Mode::Shared,
+            limit: Some(limit),
+            weight,
+        }
+    }
 }
 
 /// One place in the queue.
@@ -412,6 +441,15 @@ impl Queue {
     /// The reservation of `owner`, if it has one.
     pub fn reservation_of(&self, owner: &[u8]) -> Option<u64> {
         self.inner.as_ref()?.reservation_of(owner)
+    }
+
+    /// Every entry of `owner`, in no particular order (without copying
+    /// their positions, unlike [`Queue::seqs_of`]).
+    pub fn entries_of<'q>(&'q self, owner: &'q [u8]) -> impl Iterator<Item = &'q Entry> + 'q {
+        self.inner
+            .iter()
+            .filter_map(|inner| inner.by_owner.get(owner).map(|seqs| (inner, seqs)))
+            .flat_map(|(inner, seqs)| seqs.iter().filter_map(|seq| inner.entries.get(seq)))
     }
 
     /// Approximate heap bytes, for MEMORY USAGE.

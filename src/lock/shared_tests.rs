@@ -6,11 +6,15 @@
 //! lock must agree with the model on every holder's counts and token and on
 //! the queue order, and these rules must hold:
 //! * never an exclusive holder together with another owner;
-//! * a new shared hold never brings more shared owners than its LIMIT;
+//! * a new shared hold never brings the weights of the shared owners above
+//!   its LIMIT (exclusion by weight; weight 1 counts owners);
+//! * one weight per owner and lock: a shared request with another weight
+//!   than the owner's hold or shared waiter is refused, and changes nothing;
 //! * no barging: a new hold goes only to the head of the queue (or to
 //!   anyone when it is empty, or to the owner of the reservation heading it);
 //! * FIFO: waiters are granted in queue order, consecutive compatible shared
-//!   heads together, and a compatible head is never left waiting;
+//!   heads together, and a compatible head is never left waiting; a head
+//!   too heavy to fit blocks the lighter requests behind it;
 //! * tokens strictly increase with every new hold or upgrade;
 //! * an immediate request is granted exactly when the rules allow it.
 
@@ -22,8 +26,9 @@ use std::collections::BTreeMap;
 
 const OWNERS: [&[u8]; 4] = [b"p", b"q", b"r", b"s"];
 
-/// A hold as persisted and replicated: owner, exclusive, shared, token, deadline.
-type StoredHold = (Box<[u8]>, u64, u64, u64, u64);
+/// A hold as persisted and replicated: owner, exclusive, shared, token,
+/// deadline, weight.
+type StoredHold = (Box<[u8]>, u64, u64, u64, u64, u32);
 const RESERVATION_MS: u64 = 30;
 
 fn mode() -> impl Strategy<Value = Mode> {
@@ -60,6 +65,8 @@ struct ModelHold {
     shared: u64,
     token: u64,
     deadline: u64,
+    /// The permits of its shared holds (1 while it has none).
+    weight: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -103,6 +110,28 @@ impl Model {
         self.holders.values().filter(|h| h.shared > 0).count()
     }
 
+    fn shared_weight(&self) -> u64 {
+        self.holders
+            .values()
+            .filter(|h| h.shared > 0)
+            .map(|h| u64::from(h.weight))
+            .sum()
+    }
+
+    /// A shared request with another weight than the owner's shared hold
+    /// or shared waiter.
+    fn weight_conflict(&self, owner: usize, want: Want) -> bool {
+        want.mode == Mode::Shared
+            && (self
+                .holders
+                .get(&owner)
+                .is_some_and(|h| h.shared > 0 && h.weight != want.weight)
+                || self.places.iter().any(|p| {
+                    matches!(p, Place::Waiter { owner: o, want: w, .. }
+                        if *o == owner && w.mode == Mode::Shared && w.weight != want.weight)
+                }))
+    }
+
     fn grantable(&self, owner: usize, want: Want) -> bool {
         match self.holders.get(&owner) {
             Some(hold) => {
@@ -112,7 +141,9 @@ impl Model {
                 Mode::Exclusive => self.holders.is_empty(),
                 Mode::Shared => {
                     self.holders.values().all(|h| h.exclusive == 0)
-                        && want.limit.is_none_or(|n| self.shared_owners() < n as usize)
+                        && want.limit.is_none_or(|n| {
+                            self.shared_weight() + u64::from(want.weight) <= u64::from(n)
+                        })
                 }
             },
         }
@@ -151,6 +182,7 @@ impl Model {
             shared: 0,
             token: 0,
             deadline: 0,
+            weight: 1,
         });
         if new_token {
             prop_assert!(grant.token > self.last_token, "tokens strictly increase");
@@ -164,7 +196,13 @@ impl Model {
         }
         match want.mode {
             Mode::Exclusive => hold.exclusive += 1,
-            Mode::Shared => hold.shared += 1,
+            Mode::Shared => {
+                if hold.shared == 0 {
+                    hold.weight = want.weight;
+                }
+                prop_assert_eq!(hold.weight, want.weight, "one weight per owner");
+                hold.shared += 1;
+            }
         }
         hold.deadline = now + ttl;
         prop_assert_eq!(
@@ -178,7 +216,10 @@ impl Model {
         self.holders.insert(owner, hold);
         if new_shared_owner && !grant.reentry {
             if let Some(limit) = want.limit {
-                prop_assert!(self.shared_owners() <= limit as usize, "LIMIT exceeded");
+                prop_assert!(
+                    self.shared_weight() <= u64::from(limit),
+                    "LIMIT exceeded by weight"
+                );
             }
         }
         Ok(())
@@ -235,9 +276,10 @@ fn check_agrees(lock: &Lock, model: &Model, now: u64) -> Result<(), TestCaseErro
             let owner = OWNERS.iter().position(|o| **o == *hold.owner).unwrap_or(99);
             let model_hold = ModelHold {
                 exclusive: hold.exclusive,
-                shared: hold.shared,
+                shared: u64::from(hold.shared),
                 token: hold.token,
                 deadline: hold.deadline_ms,
+                weight: hold.weight,
             };
             (owner, model_hold)
         })
@@ -252,6 +294,7 @@ fn check_agrees(lock: &Lock, model: &Model, now: u64) -> Result<(), TestCaseErro
         );
     }
     prop_assert_eq!(lock.shared_owners(now), model.shared_owners());
+    prop_assert_eq!(lock.shared_weight(now), model.shared_weight());
     let queued: Vec<&[u8]> = lock.queue().live_entries(now).map(|e| &*e.owner).collect();
     let expected: Vec<&[u8]> = model.places.iter().map(|p| OWNERS[p.owner()]).collect();
     prop_assert_eq!(queued, expected, "queue order");
@@ -280,7 +323,14 @@ proptest! {
             model.expire(now);
             let mut step = Step::new(now, &issue, &present);
             match op {
+                Op::Acquire { owner, want, ttl } | Op::Block { owner, want, ttl } | Op::Fair { owner, want, ttl }
+                    if model.weight_conflict(owner, want) =>
+                {
+                    // Refused before anything changes.
+                    prop_assert!(lock.weight_conflict(OWNERS[owner], want, now), "weight conflict");
+                }
                 Op::Acquire { owner, want, ttl } | Op::Block { owner, want, ttl } | Op::Fair { owner, want, ttl } => {
+                    prop_assert!(!lock.weight_conflict(OWNERS[owner], want, now), "no weight conflict");
                     let expected = model.grantable(owner, want)
                         && (model.holders.contains_key(&owner) || model.queue_open_to(owner));
                     let request = Request { owner: OWNERS[owner], ttl_ms: ttl, session: None, want };
@@ -352,7 +402,13 @@ proptest! {
                         Some(hold) if (mode == Mode::Exclusive && hold.exclusive > 0) || (mode == Mode::Shared && hold.shared > 0) => {
                             match mode {
                                 Mode::Exclusive => hold.exclusive -= 1,
-                                Mode::Shared => hold.shared -= 1,
+                                Mode::Shared => {
+                                    hold.shared -= 1;
+                                    if hold.shared == 0 {
+                                        // Every permit goes back at once.
+                                        hold.weight = 1;
+                                    }
+                                }
                             }
                             let left = hold.exclusive + hold.shared;
                             prop_assert_eq!(result, Ok(left));
@@ -402,7 +458,7 @@ proptest! {
                     .holders()
                     .iter()
                     .filter(|hold| hold.is_live(now))
-                    .map(|h| (h.owner.as_bytes().into(), h.exclusive, h.shared, h.token, h.deadline_ms))
+                    .map(|h| (h.owner.as_bytes().into(), h.exclusive, u64::from(h.shared), h.token, h.deadline_ms, h.weight))
                     .collect();
                 all.sort();
                 all
@@ -424,10 +480,7 @@ fn a_waiting_writer_is_not_starved_and_readers_are_granted_together() {
         tokens.get()
     };
     let present = |_| true;
-    let shared = Want {
-        mode: Mode::Shared,
-        limit: None,
-    };
+    let shared = Want::shared(None);
     let request = |owner: &'static [u8], want| Request {
         owner,
         ttl_ms: 1_000,
@@ -480,10 +533,7 @@ fn downgrade_and_upgrade() {
         tokens.get()
     };
     let present = |_| true;
-    let shared = Want {
-        mode: Mode::Shared,
-        limit: None,
-    };
+    let shared = Want::shared(None);
     let request = |owner: &'static [u8], want| Request {
         owner,
         ttl_ms: 1_000,
@@ -540,6 +590,124 @@ fn downgrade_and_upgrade() {
     );
 }
 
+/// A semaphore of 4 permits: holders of weights 2 and 1, then a waiter of
+/// 3 that does not fit heads the queue and keeps a waiter of 1 (which would
+/// fit) behind it; releases that free too little grant nobody; the release
+/// that makes room grants the 3, and the batch stops at the next request
+/// that does not fit. The last shared release frees all of an owner's
+/// permits at once.
+#[test]
+fn weights_add_up_to_the_limit_in_strict_fifo() {
+    let mut lock = Lock::new();
+    let tokens = Cell::new(0u64);
+    let issue = counting(&tokens);
+    let present = |_| true;
+    let request = |owner: &'static [u8], want| Request {
+        owner,
+        ttl_ms: 1_000,
+        session: None,
+        want,
+    };
+    let waiter = |id, want| Waiter {
+        id,
+        ttl_ms: 1_000,
+        session: None,
+        want,
+    };
+    let w = |weight| Want::weighted(4, weight);
+    let mut step = Step::new(0, &issue, &present);
+    assert!(lock.acquire(request(b"a", w(2)), &mut step).is_some());
+    assert!(lock.acquire(request(b"b", w(1)), &mut step).is_some());
+    assert_eq!(lock.shared_weight(0), 3);
+    assert!(
+        lock.acquire(request(b"c", w(2)), &mut step).is_none(),
+        "3 + 2 > 4"
+    );
+    lock.enqueue_waiter(b"c", waiter(1, w(3)), 0).unwrap();
+    assert!(
+        lock.acquire(request(b"d", w(1)), &mut step).is_none(),
+        "a lighter request never passes the heavy head"
+    );
+    lock.enqueue_waiter(b"d", waiter(2, w(1)), 0).unwrap();
+    lock.enqueue_waiter(b"e", waiter(3, w(2)), 0).unwrap();
+    lock.enqueue_waiter(b"f", waiter(4, w(1)), 0).unwrap();
+    assert!(
+        lock.acquire(request(b"a", w(2)), &mut step).is_some(),
+        "a holder re-enters with its weight"
+    );
+    assert!(lock.weight_conflict(b"a", w(1), 0), "one weight per owner");
+    assert!(lock.weight_conflict(b"d", w(2), 0), "its waiter's weight");
+    assert!(!lock.weight_conflict(b"d", Want::EXCLUSIVE, 0));
+    assert!(!lock.weight_conflict(b"z", w(4), 0));
+    lock.release(b"b", Mode::Shared, &mut step).unwrap();
+    lock.hand_off(&mut step);
+    assert!(step.woken.is_empty(), "2 held: the head of 3 does not fit");
+    lock.release(b"a", Mode::Shared, &mut step).unwrap();
+    lock.hand_off(&mut step);
+    assert!(step.woken.is_empty(), "a still holds once: all 2 permits");
+    assert_eq!(lock.shared_weight(0), 2);
+    lock.release(b"a", Mode::Shared, &mut step).unwrap();
+    lock.hand_off(&mut step);
+    let woken: Vec<(WaiterId, u32)> = step
+        .woken
+        .drain(..)
+        .map(|g| {
+            (
+                g.waiter,
+                lock.live_hold_of(&g.owner, 0).map_or(0, |h| h.weight),
+            )
+        })
+        .collect();
+    assert_eq!(
+        woken,
+        vec![(1, 3), (2, 1)],
+        "3 then 1 in one step; 2 does not fit and stops the batch"
+    );
+    assert_eq!(lock.shared_weight(0), 4);
+    lock.release(b"c", Mode::Shared, &mut step).unwrap();
+    lock.hand_off(&mut step);
+    let woken: Vec<WaiterId> = step.woken.drain(..).map(|g| g.waiter).collect();
+    assert_eq!(woken, vec![3, 4], "the permits of 3 let both in");
+    assert_eq!(lock.shared_weight(0), 4);
+}
+
+/// An exclusive hold excludes every weight; an owner's weight is 1 again
+/// once its shared holds end (a downgrade keeps the weight it asks for).
+#[test]
+fn a_weight_lives_with_the_shared_holds_only() {
+    let mut lock = Lock::new();
+    let tokens = Cell::new(0u64);
+    let issue = counting(&tokens);
+    let present = |_| true;
+    let request = |owner: &'static [u8], want| Request {
+        owner,
+        ttl_ms: 1_000,
+        session: None,
+        want,
+    };
+    let mut step = Step::new(0, &issue, &present);
+    lock.acquire(request(b"a", Want::EXCLUSIVE), &mut step)
+        .unwrap();
+    assert!(lock
+        .acquire(request(b"b", Want::weighted(5, 1)), &mut step)
+        .is_none());
+    assert_eq!(lock.live_hold_of(b"a", 0).map(|h| h.weight), Some(1));
+    lock.acquire(request(b"a", Want::weighted(5, 4)), &mut step)
+        .unwrap();
+    assert_eq!(lock.live_hold_of(b"a", 0).map(|h| h.weight), Some(4));
+    lock.release(b"a", Mode::Exclusive, &mut step).unwrap();
+    assert_eq!(lock.shared_weight(0), 4);
+    assert!(lock
+        .acquire(request(b"b", Want::weighted(5, 2)), &mut step)
+        .is_none());
+    assert!(lock
+        .acquire(request(b"b", Want::weighted(5, 1)), &mut step)
+        .is_some());
+    lock.release(b"a", Mode::Shared, &mut step).unwrap();
+    assert_eq!(lock.live_hold_of(b"a", 0), None);
+    assert_eq!(lock.shared_weight(0), 1);
+}
+
 /// What DLOCK.WATCH watches: the largest token among the live holders, in
 /// any mode; a re-entry or an older holder leaving does not change it, an
 /// ended lease does.
@@ -549,10 +717,7 @@ fn the_newest_hold_is_the_largest_live_token() {
     let tokens = Cell::new(0u64);
     let issue = counting(&tokens);
     let present = |_| true;
-    let shared = Want {
-        mode: Mode::Shared,
-        limit: None,
-    };
+    let shared = Want::shared(None);
     let request = |owner: &'static [u8], ttl_ms| Request {
         owner,
         ttl_ms,

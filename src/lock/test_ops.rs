@@ -18,15 +18,14 @@ pub(super) enum Op {
     Wait { ms: u64 },
 }
 
-/// Exclusive, or shared without a limit or with a LIMIT below `limits_below`.
+/// Exclusive, or shared without a limit, or with a LIMIT below
+/// `limits_below` and a WEIGHT from 1 to that LIMIT (1 half the time, so
+/// that owners often agree on their weight).
 pub(super) fn want(limits_below: u32) -> impl Strategy<Value = Want> {
-    prop_oneof![
-        Just(Want::EXCLUSIVE),
-        prop_oneof![Just(None), (1..limits_below).prop_map(Some)].prop_map(|limit| Want {
-            mode: Mode::Shared,
-            limit
-        }),
-    ]
+    let weighted = (1..limits_below).prop_flat_map(|limit| {
+        prop_oneof![Just(1), 1..=limit].prop_map(move |weight| Want::weighted(limit, weight))
+    });
+    prop_oneof![Just(Want::EXCLUSIVE), Just(Want::shared(None)), weighted,]
 }
 
 /// A token issuer counting up from `last` (which it updates, so a test can

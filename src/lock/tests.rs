@@ -115,6 +115,7 @@ fn free_lock_grants_a_new_hold() {
             token: 7,
             deadline_ms: 1_100,
             session: None,
+            weight: 1,
         })
     );
 }

@@ -216,7 +216,7 @@ unsafe extern "C" fn aof_rewrite(
                     owner.len(),
                     deadline_ms as c_longlong,
                 ) else ()),
-                Mode::Shared => api!(RedisModule_EmitAOF(
+                Mode::Shared if want.weight == 1 => api!(RedisModule_EmitAOF(
                     aof,
                     c"DLOCK.SETSTATE".as_ptr(),
                     c"scblcl".as_ptr(),
@@ -227,6 +227,20 @@ unsafe extern "C" fn aof_rewrite(
                     deadline_ms as c_longlong,
                     c"SHARED".as_ptr(),
                     limit,
+                ) else ()),
+                Mode::Shared => api!(RedisModule_EmitAOF(
+                    aof,
+                    c"DLOCK.SETSTATE".as_ptr(),
+                    c"scblclcl".as_ptr(),
+                    key,
+                    c"RESERVE".as_ptr(),
+                    owner.as_ptr().cast::<c_char>(),
+                    owner.len(),
+                    deadline_ms as c_longlong,
+                    c"SHARED".as_ptr(),
+                    limit,
+                    c"WEIGHT".as_ptr(),
+                    c_longlong::from(want.weight),
                 ) else ()),
             }
         }
@@ -255,7 +269,7 @@ fn emit_hold(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, hol
             token,
             deadline,
         ) else ());
-    } else {
+    } else if hold.weight == 1 {
         api!(RedisModule_EmitAOF(
             aof,
             c"DLOCK.SETSTATE".as_ptr(),
@@ -269,6 +283,23 @@ fn emit_hold(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, hol
             deadline,
             c"SHARED".as_ptr(),
             hold.shared as c_longlong,
+        ) else ());
+    } else {
+        api!(RedisModule_EmitAOF(
+            aof,
+            c"DLOCK.SETSTATE".as_ptr(),
+            c"scblllclcl".as_ptr(),
+            key,
+            c"HOLDER".as_ptr(),
+            owner,
+            hold.owner.len(),
+            exclusive,
+            token,
+            deadline,
+            c"SHARED".as_ptr(),
+            hold.shared as c_longlong,
+            c"WEIGHT".as_ptr(),
+            c_longlong::from(hold.weight),
         ) else ());
     }
 }
@@ -289,8 +320,17 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
         };
         for hold in lock.holders().iter() {
             api!(RedisModule_DigestAddStringBuffer(md, hold.owner.as_ptr().cast::<c_char>(), hold.owner.len()) else ());
-            for number in [hold.exclusive, hold.shared, hold.token, hold.deadline_ms] {
+            for number in [
+                hold.exclusive,
+                u64::from(hold.shared),
+                hold.token,
+                hold.deadline_ms,
+            ] {
                 api!(RedisModule_DigestAddLongLong(md, number as c_longlong) else ());
+            }
+            // Added only when not 1: an unweighted lock digests as before.
+            if hold.weight != 1 {
+                api!(RedisModule_DigestAddLongLong(md, c_longlong::from(hold.weight)) else ());
             }
         }
         for (owner, deadline_ms, want) in reservations(lock) {
@@ -301,6 +341,9 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
             };
             for number in [deadline_ms, mode, want.limit.map_or(0, u64::from)] {
                 api!(RedisModule_DigestAddLongLong(md, number as c_longlong) else ());
+            }
+            if want.weight != 1 {
+                api!(RedisModule_DigestAddLongLong(md, c_longlong::from(want.weight)) else ());
             }
         }
         api!(RedisModule_DigestEndSequence(md) else ());

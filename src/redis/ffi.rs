@@ -277,7 +277,9 @@ impl Ctx {
     // (`keyspace`) skips them while nothing listens (`propagation::needed`).
 
     /// Propagates one owner's hold: `DLOCK.SETSTATE key HOLD|HOLDER owner
-    /// exclusive token deadline [SHARED shared]`. `HOLD` when it is the only
+    /// exclusive token deadline [SHARED shared [WEIGHT w]]` (the weight only
+    /// when it is not 1, so that unweighted holds replicate as before
+    /// weights existed). `HOLD` when it is the only
     /// holder (every other hold ends), `HOLDER` beside other holders. Out of
     /// line: a caller that skips it (nothing listens) carries only the call.
     #[inline(never)]
@@ -296,7 +298,7 @@ impl Ctx {
                 to_long_long(hold.token),
                 to_long_long(hold.deadline_ms),
             ) else 0);
-        } else {
+        } else if hold.weight == 1 {
             api!(RedisModule_Replicate(
                 self.raw,
                 c"DLOCK.SETSTATE".as_ptr(),
@@ -309,7 +311,24 @@ impl Ctx {
                 to_long_long(hold.token),
                 to_long_long(hold.deadline_ms),
                 c"SHARED".as_ptr(),
-                to_long_long(hold.shared),
+                to_long_long(u64::from(hold.shared)),
+            ) else 0);
+        } else {
+            api!(RedisModule_Replicate(
+                self.raw,
+                c"DLOCK.SETSTATE".as_ptr(),
+                c"scblllclcl".as_ptr(),
+                name.raw,
+                operation.as_ptr(),
+                hold.owner.as_ptr().cast::<c_char>(),
+                hold.owner.len(),
+                to_long_long(hold.exclusive),
+                to_long_long(hold.token),
+                to_long_long(hold.deadline_ms),
+                c"SHARED".as_ptr(),
+                to_long_long(u64::from(hold.shared)),
+                c"WEIGHT".as_ptr(),
+                to_long_long(u64::from(hold.weight)),
             ) else 0);
         }
     }
@@ -338,8 +357,8 @@ impl Ctx {
         ) else 0);
     }
 
-    /// Propagates `DLOCK.SETSTATE key RESERVE owner deadline [SHARED limit]`
-    /// (limit 0: none).
+    /// Propagates `DLOCK.SETSTATE key RESERVE owner deadline [SHARED limit
+    /// [WEIGHT w]]` (limit 0: none; the weight only when it is not 1).
     pub fn replicate_reserve(self, name: KeyName, owner: &[u8], deadline_ms: u64, want: Want) {
         match want.mode {
             Mode::Exclusive => api!(RedisModule_Replicate(
@@ -352,7 +371,7 @@ impl Ctx {
                 owner.len(),
                 to_long_long(deadline_ms),
             ) else 0),
-            Mode::Shared => api!(RedisModule_Replicate(
+            Mode::Shared if want.weight == 1 => api!(RedisModule_Replicate(
                 self.raw,
                 c"DLOCK.SETSTATE".as_ptr(),
                 c"scblcl".as_ptr(),
@@ -363,6 +382,20 @@ impl Ctx {
                 to_long_long(deadline_ms),
                 c"SHARED".as_ptr(),
                 to_long_long(want.limit.map_or(0, u64::from)),
+            ) else 0),
+            Mode::Shared => api!(RedisModule_Replicate(
+                self.raw,
+                c"DLOCK.SETSTATE".as_ptr(),
+                c"scblclcl".as_ptr(),
+                name.raw,
+                c"RESERVE".as_ptr(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                to_long_long(deadline_ms),
+                c"SHARED".as_ptr(),
+                to_long_long(want.limit.map_or(0, u64::from)),
+                c"WEIGHT".as_ptr(),
+                to_long_long(u64::from(want.weight)),
             ) else 0),
         };
     }
