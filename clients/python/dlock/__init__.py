@@ -8,7 +8,7 @@ has the same classes for ``redis.asyncio``. See docs/clients.md."""
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from ._core import DEFAULT_WATCHDOG_TIMEOUT, DeadlockError, LatchBrokenError
+from ._core import DEFAULT_WATCHDOG_TIMEOUT, DeadlockError, LatchBrokenError, LockLostError
 from ._sync import Latch, Lock, LostEvent, MultiLock, ReadLock, RWLock, Semaphore
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Latch",
     "Lock",
     "LockError",
+    "LockLostError",
     "LockNotOwnedError",
     "LostEvent",
     "MultiLock",

@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from redis.exceptions import LockError, ResponseError
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 Number = Union[int, float]
 KeyT = Union[str, bytes]
@@ -37,6 +37,13 @@ class DeadlockError(LockError):
     """The server refused an upgrade that would wait for another upgrader
     (reply ``DEADLOCK``): a second owner holding the lock shared asked for
     it exclusively with ``BLOCK`` while a first one already waits."""
+
+
+class LockLostError(LockNotOwnedError):
+    """The hold was lost (docs/clients.md R3): a renewal found the lock gone
+    or held under another token, or no renewal succeeded before the local
+    deadline. Every operation on a lost hold but ``release`` raises it; it
+    is a ``LockNotOwnedError``, which redis-py's users already catch."""
 
 
 class LatchBrokenError(LockError):
@@ -103,6 +110,39 @@ def release_args(key: KeyT, owner: bytes, shared: bool) -> List[Any]:
 
 def renew_args(key: KeyT, owner: bytes, ttl_ms: int) -> List[Any]:
     return ["DLOCK.RENEW", key, owner, ttl_ms]
+
+
+def safety_margin(lease_ms: int) -> float:
+    """R3.2's margin, in seconds: 5 ms plus 1% of the lease (the clocks of
+    client and server may run at slightly different rates)."""
+    return 0.005 + lease_ms / 100_000
+
+
+def local_deadline(sent: float, lease_ms: int) -> float:
+    """When a hold granted or renewed by a command sent at ``sent``
+    (``time.monotonic()``) counts as lost unless renewed again (R3.2)."""
+    return sent + lease_ms / 1000 - safety_margin(lease_ms)
+
+
+def judge_renewal(replies: Sequence[Any], fences: Sequence[int]) -> Tuple[Optional[str], Optional[ResponseError]]:
+    """The replies of one renewal (one ``DLOCK.RENEW`` per key): (why the
+    hold is lost, or None; the first other error reply, or None). Anything
+    but the hold's own token for a key means lost (R3.1)."""
+    lost: Optional[str] = None
+    other: Optional[ResponseError] = None
+    for reply, fence in zip(replies, fences):
+        if isinstance(reply, ResponseError):
+            if is_notowner(reply):
+                lost = lost or "NOTOWNER: a renewal found the lock held by nobody or another owner"
+            elif str(reply).startswith("WRONGTYPE"):
+                lost = lost or "WRONGTYPE: the key now holds another type"
+            elif other is None:
+                other = reply
+        elif reply is None:
+            lost = lost or "a renewal replied null"
+        elif int(reply) != fence:
+            lost = lost or "a renewal replied another token: a new hold of the same owner name"
+    return lost, other
 
 
 def parse_grant(reply: Any) -> Tuple[int, int]:

@@ -20,6 +20,7 @@ from ._core import (
     DeadlockError,
     KeyT,
     LatchBrokenError,
+    LockLostError,
     Number,
 )
 
@@ -183,21 +184,24 @@ class _Watchdog(threading.Thread):
                 continue
             remaining = hold.lost.deadline.remaining()
             try:
-                errors = self.lock._renew(hold, hold.lease_ms, timeout=max(0.01, remaining or lease))
-            except Exception as error:  # a dropped connection: try again soon
+                replies = self.lock._renew(hold, hold.lease_ms, timeout=max(0.01, remaining or lease))
+            except Exception as error:  # a dropped connection: try again soon (R2.6)
                 logger.debug("dlock: renewal of %r failed: %s", self.lock.name, error)
                 next_at = time.monotonic() + min(interval, 0.05)
                 continue
             if self.stopped.is_set():
                 return
-            if any(_core.is_notowner(e) for e in errors):
-                hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
+            lost, refused = _core.judge_renewal(replies, hold.fences)
+            if lost is not None:
+                hold.lost.lose(lost)
                 return
-            if errors:
-                logger.warning("dlock: renewal of %r refused: %s", self.lock.name, errors[0])
+            if refused is not None:
+                logger.warning("dlock: renewal of %r refused: %s", self.lock.name, refused)
                 next_at = time.monotonic() + min(interval, 0.05)
                 continue
-            hold.lost.deadline.at = now + lease
+            if hold.lost.is_set():
+                return  # the deadline passed while the renewal was in flight: lost for good (R3.3)
+            hold.lost.deadline.at = _core.local_deadline(now, hold.lease_ms)
             next_at = now + interval
 
 
@@ -339,7 +343,7 @@ class Lock:
         try:
             try:
                 if block_ms is None:
-                    reply = self.redis.execute_command(*args)
+                    reply = self._once(args)
                 else:
                     reply = call_on_own_connection(self.redis, [args], socket_timeout)[0]
                     if isinstance(reply, ResponseError):
@@ -363,7 +367,7 @@ class Lock:
                 hold.fences[i] = fence
                 hold.counts[i] = count
             hold.lease_ms = max(hold.lease_ms, lease_ms) if same else lease_ms
-            hold.lost.deadline.at = sent + lease_ms / 1000
+            hold.lost.deadline.at = _core.local_deadline(sent, lease_ms)
             self.local.hold = hold
             self.local.token = owner
             self.local.lost = hold.lost
@@ -399,9 +403,19 @@ class Lock:
                 exclusive, shared, _pttl = _core.info_holds(info, owner)
                 extra = (shared if self._shared else exclusive) - before[i]
                 for _ in range(max(0, extra)):
-                    self.redis.execute_command(*_core.release_args(key, owner, self._shared))
+                    self._once(_core.release_args(key, owner, self._shared))
             except Exception as error:  # the lease ends the hold anyway
                 logger.warning("dlock: clean-up of an interrupted wait on %r failed: %s", key, error)
+
+    def _once(self, args: Sequence[Any]) -> Any:
+        """Sends a command that must not be sent twice (R5.1: ACQUIRE,
+        RELEASE, ...) on a pool connection, outside redis-py's retries
+        (which re-send a command after a connection error or a read
+        timeout). An error reply is raised."""
+        reply = call_on_own_connection(self.redis, [args])[0]
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
 
     def do_acquire(self, token: Any) -> bool:
         """One try without waiting (redis-py's hook)."""
@@ -427,24 +441,42 @@ class Lock:
         return True
 
     def release(self) -> None:
-        """Gives back one hold (re-entered holds need one release each)."""
+        """Gives back one hold (re-entered holds need one release each).
+        ``LockError`` when this thread holds no token; ``LockNotOwnedError``
+        when the server says the token's owner holds nothing. A hold known
+        lost (``lost`` is set) is released without error (R3.4)."""
+        token = self.local.token
+        if token is None:
+            raise LockError("Cannot release an unlocked lock")
         hold = self._hold()
         if hold is None:
-            raise LockError("Cannot release a lock that's not owned or is already unlocked.")
-        last = max(hold.counts) <= 1
-        if last:
+            # ``local.token`` was replaced: release by that token, as redis-py does.
+            self.local.token = None
+            self.do_release(token)
+            return
+        lost = hold.lost.is_set()
+        if lost or max(hold.counts) <= 1:
             self._forget(hold)  # as redis-py: the token is dropped first
-        errors = self._release_keys(hold)
-        if any(_core.is_notowner(e) for e in errors):
+        try:
+            self.do_release(hold.owner)
+        except (ResponseError, LockNotOwnedError):
+            if lost:
+                return  # R3.4: whatever the server kept is given back; no error
             hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
             self._forget(hold)
-            raise LockNotOwnedError("Cannot release a lock that's no longer owned")
-        if errors:
-            raise errors[0]
+            raise
         hold.counts = [max(0, c - 1) for c in hold.counts]
 
     def do_release(self, expected_token: Any) -> None:
-        self.release()
+        """Gives back one hold of the owner ``expected_token`` on every key
+        (redis-py's hook: ``release`` calls it with this thread's token);
+        ``LockNotOwnedError`` when that owner holds none."""
+        owner = _core.as_bytes(expected_token)
+        errors = self._release_keys(owner)
+        if any(_core.is_notowner(e) for e in errors):
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned")
+        if errors:
+            raise errors[0]
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
         """Adds ``additional_time`` seconds to the lease (or makes it the
@@ -460,6 +492,8 @@ class Lock:
         hold = self._hold()
         if hold is None:
             raise LockError("Cannot extend an unlocked lock")
+        if hold.lost.is_set():
+            raise LockLostError("Cannot extend a lock that was lost")
         extra_ms = int(additional_time * 1000)
         if replace_ttl:
             ttl_ms = extra_ms
@@ -468,8 +502,8 @@ class Lock:
             _e, _s, pttl = _core.info_holds(info, hold.owner)
             if pttl < 0:
                 hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
-                self._forget(hold)
-                raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
+                hold.stop_watchdog()
+                raise LockLostError("Cannot extend a lock that's no longer owned")
             ttl_ms = pttl + extra_ms
         self._renew_or_raise(hold, ttl_ms, "Cannot extend a lock that's no longer owned")
         return True
@@ -517,30 +551,30 @@ class Lock:
 
     # -- commands --------------------------------------------------------
 
-    def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> List[ResponseError]:
+    def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> List[Any]:
+        """One ``DLOCK.RENEW`` per key; the replies (errors included)."""
         commands = [_core.renew_args(key, hold.owner, ttl_ms) for key in self._keys]
-        replies = call_on_own_connection(self.redis, commands, timeout)
-        return [r for r in replies if isinstance(r, ResponseError)]
+        return call_on_own_connection(self.redis, commands, timeout)
 
     def _renew_or_raise(self, hold: _Hold, ttl_ms: int, message: str) -> None:
+        if hold.lost.is_set():
+            raise LockLostError(message)  # R3.4: a lost hold stays lost
         sent = time.monotonic()
-        errors = self._renew(hold, ttl_ms)
-        if any(_core.is_notowner(e) for e in errors):
-            hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
-            self._forget(hold)
-            raise LockNotOwnedError(message)
-        if errors:
-            raise errors[0]
-        hold.lost.deadline.at = sent + ttl_ms / 1000
+        lost, refused = _core.judge_renewal(self._renew(hold, ttl_ms), hold.fences)
+        if lost is not None:
+            hold.lost.lose(lost)
+            hold.stop_watchdog()
+            raise LockLostError(message)
+        if refused is not None:
+            raise refused
+        if hold.lost.is_set():
+            raise LockLostError(message)
+        hold.lost.deadline.at = _core.local_deadline(sent, ttl_ms)
 
-    def _release_keys(self, hold: _Hold) -> List[ResponseError]:
-        errors: List[ResponseError] = []
-        for key in self._keys:
-            try:
-                self.redis.execute_command(*_core.release_args(key, hold.owner, self._shared))
-            except ResponseError as error:
-                errors.append(error)
-        return errors
+    def _release_keys(self, owner: bytes) -> List[ResponseError]:
+        commands = [_core.release_args(key, owner, self._shared) for key in self._keys]
+        replies = call_on_own_connection(self.redis, commands)  # never re-sent (R5.1)
+        return [r for r in replies if isinstance(r, ResponseError)]
 
 
 class ReadLock(Lock):
@@ -647,8 +681,8 @@ class MultiLock(Lock):
             raise LockError("A MultiLock extends with replace_ttl=True only")
         return super().do_extend(additional_time, replace_ttl)
 
-    def _release_keys(self, hold: _Hold) -> List[ResponseError]:
-        commands = [_core.release_args(key, hold.owner, self._shared) for key in self._keys]
+    def _release_keys(self, owner: bytes) -> List[ResponseError]:
+        commands = [_core.release_args(key, owner, self._shared) for key in self._keys]
         replies = call_on_own_connection(self.redis, commands)
         return [r for r in replies if isinstance(r, ResponseError)]
 
@@ -663,20 +697,27 @@ class Latch:
         self.redis = redis
         self.name = name
 
+    def _once(self, args: Sequence[Any]) -> Any:
+        reply = call_on_own_connection(self.redis, [args])[0]  # never re-sent (R5.1)
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+
     def try_set_count(self, count: int, timeout: Number) -> bool:
         """Creates the latch with ``count`` for at most ``timeout`` seconds;
         False (and nothing changes) if it already exists."""
-        return bool(self.redis.execute_command("DLOCK.LATCH", self.name, int(count), _core.seconds_to_ms(timeout)))
+        return bool(self._once(["DLOCK.LATCH", self.name, int(count), _core.seconds_to_ms(timeout)]))
 
     def count_down(self, n: int = 1) -> int:
         """Lowers the count by ``n``; returns what remains (0: open)."""
-        return int(self.redis.execute_command("DLOCK.COUNTDOWN", self.name, int(n)))
+        return int(self._once(["DLOCK.COUNTDOWN", self.name, int(n)]))
 
-    @property
-    def count(self) -> int:
-        """The count now (0 when the latch is open or missing)."""
+    def count(self) -> Optional[int]:
+        """The count now; None when the latch does not exist (it opened,
+        expired or was never created). ``await latch.count()`` in
+        ``dlock.asyncio``."""
         info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", self.name))
-        return int(info["count"]) if info is not None else 0
+        return int(info["count"]) if info is not None else None
 
     def wait(self, timeout: Optional[Number] = None) -> bool:
         """True once the latch is open (at once if it does not exist), False

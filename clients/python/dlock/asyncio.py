@@ -26,6 +26,7 @@ from ._core import (
     DeadlockError,
     KeyT,
     LatchBrokenError,
+    LockLostError,
     Number,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "Latch",
     "LatchBrokenError",
     "Lock",
+    "LockLostError",
     "LostEvent",
     "MultiLock",
     "ReadLock",
@@ -87,6 +89,17 @@ async def call_on_own_connection(
         raise
     finally:
         await pool.release(conn)
+
+
+async def _once(client: Any, args: Sequence[Any]) -> Any:
+    """Sends a command that must not be sent twice (R5.1: ACQUIRE, RELEASE,
+    ...) on a pool connection, outside redis-py's retries (which re-send a
+    command after a connection error or a read timeout). An error reply is
+    raised."""
+    reply = (await call_on_own_connection(client, [args]))[0]
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
 
 
 class LostEvent(asyncio.Event):
@@ -272,7 +285,7 @@ class Lock:
         try:
             try:
                 if block_ms is None:
-                    reply = await self.redis.execute_command(*args)
+                    reply = await _once(self.redis, args)
                 else:
                     reply = (await call_on_own_connection(self.redis, [args], socket_timeout))[0]
                     if isinstance(reply, ResponseError):
@@ -296,7 +309,7 @@ class Lock:
                 hold.fences[i] = fence
                 hold.counts[i] = count
             hold.lease_ms = max(hold.lease_ms, lease_ms) if same else lease_ms
-            hold.lost.deadline.at = sent + lease_ms / 1000
+            hold.lost.deadline.at = _core.local_deadline(sent, lease_ms)
             self.local.hold = hold
             self.local.token = owner
             self.local.lost = hold.lost
@@ -329,7 +342,7 @@ class Lock:
                 exclusive, shared, _pttl = _core.info_holds(info, owner)
                 extra = (shared if self._shared else exclusive) - before[i]
                 for _ in range(max(0, extra)):
-                    await self.redis.execute_command(*_core.release_args(key, owner, self._shared))
+                    await _once(self.redis, _core.release_args(key, owner, self._shared))
             except Exception as error:
                 logger.warning("dlock: clean-up of an interrupted wait on %r failed: %s", key, error)
 
@@ -351,23 +364,26 @@ class Lock:
                 continue
             remaining = hold.lost.deadline.remaining()
             try:
-                errors = await self._renew(hold, hold.lease_ms, timeout=max(0.01, remaining or lease))
+                replies = await self._renew(hold, hold.lease_ms, timeout=max(0.01, remaining or lease))
             except asyncio.CancelledError:
                 raise
-            except Exception as error:
+            except Exception as error:  # a dropped connection: try again soon (R2.6)
                 logger.debug("dlock: renewal of %r failed: %s", self.name, error)
                 next_at = time.monotonic() + min(interval, 0.05)
                 continue
             if hold.stopped:
                 return
-            if any(_core.is_notowner(e) for e in errors):
-                hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
+            lost, refused = _core.judge_renewal(replies, hold.fences)
+            if lost is not None:
+                hold.lost.lose(lost)
                 return
-            if errors:
-                logger.warning("dlock: renewal of %r refused: %s", self.name, errors[0])
+            if refused is not None:
+                logger.warning("dlock: renewal of %r refused: %s", self.name, refused)
                 next_at = time.monotonic() + min(interval, 0.05)
                 continue
-            hold.lost.deadline.at = now + lease
+            if hold.lost.is_set():
+                return  # the deadline passed while the renewal was in flight: lost for good (R3.3)
+            hold.lost.deadline.at = _core.local_deadline(now, hold.lease_ms)
             next_at = now + interval
 
     async def do_acquire(self, token: Any) -> bool:
@@ -391,24 +407,39 @@ class Lock:
         return True
 
     async def release(self) -> None:
+        """Gives back one hold; the errors of ``dlock.Lock.release``. A hold
+        known lost is released without error (R3.4)."""
+        token = self.local.token
+        if token is None:
+            raise LockError("Cannot release an unlocked lock")
         hold = self._hold()
         if hold is None:
-            raise LockError("Cannot release a lock that's not owned or is already unlocked.")
-        last = max(hold.counts) <= 1
-        errors = await self._release_keys(hold)
-        if any(_core.is_notowner(e) for e in errors):
-            hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
+            # ``local.token`` was replaced: release by that token, as redis-py does.
+            self.local.token = None
+            await self.do_release(token)
+            return
+        lost = hold.lost.is_set()
+        try:
+            await self.do_release(hold.owner)
+        except (ResponseError, LockNotOwnedError):
             self._forget(hold)
-            raise LockNotOwnedError("Cannot release a lock that's no longer owned")
-        if errors:
-            raise errors[0]
+            if lost:
+                return  # R3.4: whatever the server kept is given back; no error
+            hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
+            raise
         # As redis-py's asyncio Lock: the token is dropped once released.
         hold.counts = [max(0, c - 1) for c in hold.counts]
-        if last:
+        if lost or max(hold.counts) == 0:
             self._forget(hold)
 
     async def do_release(self, expected_token: Any) -> None:
-        await self.release()
+        """Gives back one hold of the owner ``expected_token`` on every key
+        (redis-py's hook); ``LockNotOwnedError`` when that owner holds none."""
+        errors = await self._release_keys(_core.as_bytes(expected_token))
+        if any(_core.is_notowner(e) for e in errors):
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned")
+        if errors:
+            raise errors[0]
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
         hold = self._hold()
@@ -422,6 +453,8 @@ class Lock:
         hold = self._hold()
         if hold is None:
             raise LockError("Cannot extend an unlocked lock")
+        if hold.lost.is_set():
+            raise LockLostError("Cannot extend a lock that was lost")
         extra_ms = int(additional_time * 1000)
         if replace_ttl:
             ttl_ms = extra_ms
@@ -432,8 +465,8 @@ class Lock:
             _e, _s, pttl = _core.info_holds(info, hold.owner)
             if pttl < 0:
                 hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
-                self._forget(hold)
-                raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
+                hold.stop_watchdog()
+                raise LockLostError("Cannot extend a lock that's no longer owned")
             ttl_ms = pttl + extra_ms
         await self._renew_or_raise(hold, ttl_ms, "Cannot extend a lock that's no longer owned")
         return True
@@ -472,31 +505,29 @@ class Lock:
             raise LockError("Cannot renew an unlocked lock")
         await self._renew_or_raise(hold, hold.lease_ms, "Cannot renew a lock that's no longer owned")
 
-    async def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> List[ResponseError]:
+    async def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> List[Any]:
+        """One ``DLOCK.RENEW`` per key; the replies (errors included)."""
         commands = [_core.renew_args(key, hold.owner, ttl_ms) for key in self._keys]
-        replies = await call_on_own_connection(self.redis, commands, timeout)
-        return [r for r in replies if isinstance(r, ResponseError)]
+        return await call_on_own_connection(self.redis, commands, timeout)
 
     async def _renew_or_raise(self, hold: _Hold, ttl_ms: int, message: str) -> None:
+        if hold.lost.is_set():
+            raise LockLostError(message)  # R3.4: a lost hold stays lost
         sent = time.monotonic()
-        errors = await self._renew(hold, ttl_ms)
-        if any(_core.is_notowner(e) for e in errors):
-            hold.lost.lose("NOTOWNER: a renewal found the lock held by nobody or another owner")
-            self._forget(hold)
-            raise LockNotOwnedError(message)
-        if errors:
-            raise errors[0]
-        hold.lost.deadline.at = sent + ttl_ms / 1000
+        lost, refused = _core.judge_renewal(await self._renew(hold, ttl_ms), hold.fences)
+        if lost is not None:
+            hold.lost.lose(lost)
+            hold.stop_watchdog()
+            raise LockLostError(message)
+        if refused is not None:
+            raise refused
+        if hold.lost.is_set():
+            raise LockLostError(message)
+        hold.lost.deadline.at = _core.local_deadline(sent, ttl_ms)
 
-    async def _release_keys(self, hold: _Hold) -> List[ResponseError]:
-        commands = [_core.release_args(key, hold.owner, self._shared) for key in self._keys]
-        if len(commands) == 1:
-            try:
-                await self.redis.execute_command(*commands[0])
-                return []
-            except ResponseError as error:
-                return [error]
-        replies = await call_on_own_connection(self.redis, commands)
+    async def _release_keys(self, owner: bytes) -> List[ResponseError]:
+        commands = [_core.release_args(key, owner, self._shared) for key in self._keys]
+        replies = await call_on_own_connection(self.redis, commands)  # never re-sent (R5.1)
         return [r for r in replies if isinstance(r, ResponseError)]
 
 
@@ -602,15 +633,16 @@ class Latch:
 
     async def try_set_count(self, count: int, timeout: Number) -> bool:
         return bool(
-            await self.redis.execute_command("DLOCK.LATCH", self.name, int(count), _core.seconds_to_ms(timeout))
+            await _once(self.redis, ["DLOCK.LATCH", self.name, int(count), _core.seconds_to_ms(timeout)])
         )
 
     async def count_down(self, n: int = 1) -> int:
-        return int(await self.redis.execute_command("DLOCK.COUNTDOWN", self.name, int(n)))
+        return int(await _once(self.redis, ["DLOCK.COUNTDOWN", self.name, int(n)]))
 
-    async def count(self) -> int:
+    async def count(self) -> Optional[int]:
+        """The count now; None when the latch does not exist."""
         info = _core.parse_info(await self.redis.execute_command("DLOCK.INFO", self.name))
-        return int(info["count"]) if info is not None else 0
+        return int(info["count"]) if info is not None else None
 
     async def wait(self, timeout: Optional[Number] = None) -> bool:
         if timeout is None:

@@ -170,3 +170,12 @@ def require_shared(server: Server) -> None:
 def info(client: redis.Redis, key: str) -> Optional[dict]:
     """DLOCK.INFO as a dict with str keys (RESP2 pairs or a RESP3 map)."""
     return parse_info(client.execute_command("DLOCK.INFO", key))
+
+
+#: Per server kind, [run, skipped] scenarios of test_conformance.py.
+CONFORMANCE_COUNTS: dict = {}
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    for kind, (run, skipped) in sorted(CONFORMANCE_COUNTS.items()):
+        terminalreporter.write_line(f"conformance ({kind}): {run} run, {skipped} skipped")

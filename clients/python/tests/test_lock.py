@@ -161,10 +161,42 @@ def test_release_by_another_owner_after_expiry(r, key):
     wait_until(lambda: info(r, key) is None, what="the lease to end")
     other = make(r, key)
     assert other.acquire(blocking=False)
-    with pytest.raises(LockNotOwnedError):
-        lock.release()
+    assert lock.lost.is_set()  # the local deadline passed
+    with pytest.raises(dlock.LockLostError):
+        lock.extend(1)
+    lock.release()  # a lost hold releases without error (R3.4) and takes nothing from the new owner
     assert other.owned()
     other.release()
+
+
+def test_release_by_a_replaced_token(r, key):
+    # redis-py: release() releases by local.token, whatever it was set to,
+    # and raises LockNotOwnedError when that owner holds nothing.
+    lock = make(r, key)
+    assert lock.acquire()
+    owner = lock.local.token
+    lock.local.token = b"somebody-else"
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    assert info(r, key)["owner"] == owner
+    lock.local.token = owner
+    lock.release()
+    assert info(r, key) is None
+
+
+def test_do_release_is_redis_pys_hook(r, key):
+    released = []
+
+    class Audited(dlock.Lock):
+        def do_release(self, expected_token):
+            released.append(expected_token)
+            super().do_release(expected_token)
+
+    lock = Audited(r, key)
+    assert lock.acquire()
+    owner = lock.local.token
+    lock.release()
+    assert released == [owner] and info(r, key) is None
 
 
 def test_extend(r, key):

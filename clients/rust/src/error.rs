@@ -53,6 +53,11 @@ pub enum Error {
     /// No reply within the wait plus the client's margin (the server is
     /// unreachable or stalled).
     Timeout,
+    /// The guard was lost (docs/clients.md, R3): a renewal found the lock
+    /// gone or held under another token, or no renewal succeeded before the
+    /// guard's local deadline. Every operation on a lost guard but
+    /// [`Guard::release`](crate::Guard::release) fails with it.
+    Lost,
     /// Connecting, reading or writing failed, or another error of the
     /// `redis` crate.
     Connection(redis::RedisError),
@@ -145,6 +150,7 @@ impl fmt::Display for Error {
             Error::WrongType(message) => write!(f, "WRONGTYPE {message}"),
             Error::Server { code, message } => write!(f, "{code} {message}"),
             Error::Timeout => write!(f, "no reply from the server in time"),
+            Error::Lost => write!(f, "the lock was lost: stop using its token"),
             Error::Connection(error) => write!(f, "connection error: {error}"),
             Error::UnexpectedReply(what) => write!(f, "unexpected reply: {what}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),

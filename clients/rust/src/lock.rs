@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::conn::{Blocking, Dedicated, Late};
-use crate::watchdog::{HoldState, Watch};
+use crate::watchdog::{judge, worse, HoldState, Renewed, Watch};
 use crate::{Client, Error, Result};
 
 /// The lease when none is set: 30 s, as Redisson's watchdog.
@@ -552,8 +552,10 @@ impl LockBuilder {
         let period = self
             .renew_every
             .unwrap_or_else(|| inner.config.renew_period(self.lease));
+        let tokens: Vec<u64> = grants.iter().map(|(token, _)| *token as u64).collect();
         let watch_id = inner.watchdog.watch(Watch {
             keys: keys.clone(),
+            tokens: Arc::new(tokens.clone()),
             owner: owner.clone(),
             lease: self.lease,
             margin: inner.config.margin_for(self.lease),
@@ -564,7 +566,7 @@ impl LockBuilder {
         Ok(Guard {
             client: self.client.clone(),
             keys,
-            tokens: grants.iter().map(|(token, _)| *token as u64).collect(),
+            tokens,
             holds: grants.first().map(|(_, holds)| *holds as u64).unwrap_or(0),
             owner,
             shared: self.shared,
@@ -785,6 +787,66 @@ impl Guard {
         let mut lost = self.hold.subscribe();
         async move {
             let _ = lost.wait_for(|lost| *lost).await;
+        }
+    }
+
+    /// Renews the lease now, by hand, as the watchdog does: one
+    /// `DLOCK.RENEW` per key with the guard's lease. [`Error::Lost`] when
+    /// the guard is lost (docs/clients.md R3.4), including when this
+    /// renewal finds the lock gone or held under another token; a lost
+    /// guard never becomes held again.
+    ///
+    /// ```no_run
+    /// # async fn demo(dlock: dlock_client::Client) -> dlock_client::Result<()> {
+    /// let guard = dlock.lock("orders:42").acquire().await?;
+    /// guard.renew().await?; // Err(Error::Lost) once the lock is gone
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew(&self) -> Result<()> {
+        if !self.is_held() {
+            return Err(Error::Lost);
+        }
+        let ttl_ms = u64::try_from(self.lease.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut pipe = Pipeline::new();
+        pipe.ignore_errors();
+        for key in self.keys.iter() {
+            pipe.cmd("DLOCK.RENEW")
+                .arg(key.as_slice())
+                .arg(self.owner.as_slice())
+                .arg(ttl_ms);
+        }
+        let sent = Instant::now();
+        let replies = self.client.inner.shared.pipeline(&pipe).await?;
+        let mut outcome = Renewed::Yes;
+        let mut refusal = None;
+        for (index, reply) in replies.into_iter().enumerate() {
+            if let Value::ServerError(error) = &reply {
+                if refusal.is_none() && !matches!(error.code(), "NOTOWNER" | "WRONGTYPE") {
+                    refusal = Some(Error::from_server(
+                        error.code(),
+                        error.details().unwrap_or(""),
+                    ));
+                }
+            }
+            outcome = worse(outcome, judge(Some(reply), self.tokens.get(index).copied()));
+        }
+        let watchdog = &self.client.inner.watchdog;
+        match outcome {
+            Renewed::Lost => {
+                watchdog.lost(self.watch_id);
+                self.hold.mark_lost();
+                Err(Error::Lost)
+            }
+            _ if self.hold.is_lost() => Err(Error::Lost),
+            Renewed::Yes => {
+                watchdog.renewed(self.watch_id, sent);
+                Ok(())
+            }
+            Renewed::Retry => Err(refusal.unwrap_or_else(|| {
+                Error::UnexpectedReply("a renewal answered neither a token nor an error".into())
+            })),
         }
     }
 

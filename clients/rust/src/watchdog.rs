@@ -53,6 +53,7 @@ impl HoldState {
 /// A guard under watch.
 struct Entry {
     keys: Arc<Vec<Vec<u8>>>,
+    tokens: Arc<Vec<u64>>,
     owner: Arc<Vec<u8>>,
     ttl_ms: u64,
     lease: Duration,
@@ -67,6 +68,9 @@ struct Entry {
 /// What the watchdog needs to watch a new guard.
 pub(crate) struct Watch {
     pub(crate) keys: Arc<Vec<Vec<u8>>>,
+    /// The token granted on each key: a renewal that answers another one
+    /// finds the lock held by a new hold of the same owner name (R3.1).
+    pub(crate) tokens: Arc<Vec<u64>>,
     pub(crate) owner: Arc<Vec<u8>>,
     pub(crate) lease: Duration,
     pub(crate) margin: Duration,
@@ -93,11 +97,12 @@ pub(crate) struct Watchdog {
 struct Due {
     id: u64,
     keys: Arc<Vec<Vec<u8>>>,
+    tokens: Arc<Vec<u64>>,
     owner: Arc<Vec<u8>>,
     ttl_ms: u64,
 }
 
-enum Renewed {
+pub(crate) enum Renewed {
     /// Every key renewed.
     Yes,
     /// The server says the hold is gone (NOTOWNER, or the key now holds
@@ -141,6 +146,7 @@ impl Watchdog {
             .max(1);
         let entry = Entry {
             keys: watch.keys,
+            tokens: watch.tokens,
             owner: watch.owner,
             ttl_ms,
             lease: watch.lease,
@@ -158,6 +164,24 @@ impl Watchdog {
             self.wake.notify_one();
         }
         id
+    }
+
+    /// A renewal by hand ([`Guard::renew`](crate::Guard::renew)) sent at
+    /// `sent` succeeded: moves the guard's deadline as a round would.
+    pub(crate) fn renewed(&self, id: u64, sent: Instant) {
+        if let Some(entry) = self.table().get_mut(&id) {
+            let deadline = deadline_of(sent, entry.lease, entry.margin);
+            if deadline > entry.deadline {
+                entry.deadline = deadline;
+            }
+        }
+    }
+
+    /// A renewal by hand found the hold gone: the guard is lost.
+    pub(crate) fn lost(&self, id: u64) {
+        if let Some(entry) = self.table().remove(&id) {
+            entry.hold.mark_lost();
+        }
     }
 
     pub(crate) fn unwatch(&self, id: u64) {
@@ -212,6 +236,7 @@ impl Watchdog {
                 due.push(Due {
                     id: *id,
                     keys: entry.keys.clone(),
+                    tokens: entry.tokens.clone(),
                     owner: entry.owner.clone(),
                     ttl_ms: entry.ttl_ms,
                 });
@@ -290,8 +315,9 @@ impl Watchdog {
                     for index in members {
                         let renewal = &due[index];
                         let mut outcome = Renewed::Yes;
-                        for _key in renewal.keys.iter() {
-                            outcome = worse(outcome, judge(values.next()));
+                        for index in 0..renewal.keys.len() {
+                            let token = renewal.tokens.get(index).copied();
+                            outcome = worse(outcome, judge(values.next(), token));
                         }
                         outcomes.push((renewal.id, outcome));
                     }
@@ -341,9 +367,13 @@ fn deadline_of(sent: Instant, lease: Duration, margin: Duration) -> Instant {
     sent + lease.saturating_sub(margin)
 }
 
-fn judge(reply: Option<Value>) -> Renewed {
+/// A renewal's reply: the token of the hold renewed, which must be the
+/// guard's own (a different one is a new hold under the same owner name:
+/// the guard's hold ended in between).
+pub(crate) fn judge(reply: Option<Value>, token: Option<u64>) -> Renewed {
     match reply {
-        Some(Value::Int(_)) => Renewed::Yes,
+        Some(Value::Int(renewed)) if Some(renewed as u64) == token => Renewed::Yes,
+        Some(Value::Int(_)) | Some(Value::Nil) => Renewed::Lost,
         Some(Value::ServerError(error)) => match error.code() {
             "NOTOWNER" | "WRONGTYPE" => Renewed::Lost,
             _ => Renewed::Retry,
@@ -352,7 +382,7 @@ fn judge(reply: Option<Value>) -> Renewed {
     }
 }
 
-fn worse(a: Renewed, b: Renewed) -> Renewed {
+pub(crate) fn worse(a: Renewed, b: Renewed) -> Renewed {
     match (a, b) {
         (Renewed::Lost, _) | (_, Renewed::Lost) => Renewed::Lost,
         (Renewed::Retry, _) | (_, Renewed::Retry) => Renewed::Retry,

@@ -1,0 +1,879 @@
+//! The conformance suite of clients/conformance (docs/clients.md, "What
+//! every client does"), run by the Rust client: every scenario of every
+//! file, one after another, on the server `DLOCK_SERVER` selects (Redis by
+//! default, Valkey as `make test` runs it too). The format is
+//! clients/conformance/README.md; an unknown step or field, or an unmet
+//! expectation, fails the scenario, and a scenario is skipped only when its
+//! `skip` list names `rust`.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::Server;
+use dlock_client::{Client, Error, Guard, LatchWait};
+use redis::aio::MultiplexedConnection;
+use serde::Deserialize;
+use serde_json::{Map, Value as Json};
+use tokio::task::JoinHandle;
+
+const LANGUAGE: &str = "rust";
+/// How long `await` waits for a background step when the step gives no
+/// `within_ms`.
+const DEFAULT_AWAIT: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(5);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    area: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    scenarios: Vec<Scenario>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Scenario {
+    name: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    rules: Vec<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    #[serde(default)]
+    skip: HashMap<String, String>,
+    steps: Vec<Step>,
+}
+
+/// `result: null` is an expectation (the value is null), so an absent
+/// `result` and a null one must differ.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Json>, D::Error> {
+    Json::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize, Default, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+struct Step {
+    op: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    note: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Json>,
+    error: Option<String>,
+    capture: Option<String>,
+    within_ms: Option<u64>,
+    #[serde(default)]
+    background: bool,
+    client: Option<String>,
+    conn: Option<String>,
+    guard: Option<String>,
+    task: Option<String>,
+    #[allow(dead_code)]
+    observer: Option<String>,
+    #[serde(rename = "as")]
+    name: Option<String>,
+    kind: Option<String>,
+    key: Option<String>,
+    keys: Option<Vec<String>>,
+    limit: Option<u32>,
+    weight: Option<u32>,
+    lease_ms: Option<u64>,
+    wait_ms: Option<u64>,
+    #[serde(default)]
+    wait_forever: bool,
+    #[serde(default)]
+    fair: bool,
+    #[serde(default)]
+    session: bool,
+    owner: Option<String>,
+    count: Option<u64>,
+    n: Option<u64>,
+    ttl_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    #[allow(dead_code)]
+    identity: Option<String>,
+    args: Option<Vec<String>>,
+    ms: Option<u64>,
+    field: Option<String>,
+}
+
+/// A step's value, or the kind of the error it failed with (the kinds of
+/// the README: `busy`, `lost`, `not_owner`, ..., `server:<CODE>`).
+type Outcome = Result<Json, String>;
+
+struct GuardSlot {
+    guard: Option<Guard>,
+    token: u64,
+    tokens: Vec<u64>,
+    owner: String,
+    /// Whether the guard was lost when it was released (after a release
+    /// the guard is gone, and a release is not a loss).
+    lost_at_release: bool,
+}
+
+enum Task {
+    Acquire(JoinHandle<dlock_client::Result<Guard>>),
+    LatchWait(JoinHandle<dlock_client::Result<LatchWait>>),
+    Command(JoinHandle<redis::RedisResult<redis::Value>>),
+}
+
+struct Runner {
+    server: Server,
+    clients: HashMap<String, Client>,
+    conns: HashMap<String, MultiplexedConnection>,
+    guards: HashMap<String, GuardSlot>,
+    tasks: HashMap<String, Task>,
+    vars: HashMap<String, Json>,
+}
+
+fn kind_of(error: &Error) -> String {
+    match error {
+        Error::Busy => "busy".into(),
+        Error::Lost => "lost".into(),
+        Error::Deadlock(_) => "deadlock".into(),
+        Error::NotOwner(_) => "not_owner".into(),
+        Error::WrongType(_) => "wrongtype".into(),
+        Error::Timeout => "timeout".into(),
+        Error::Server { code, .. } => format!("server:{code}"),
+        other => format!("other:{other}"),
+    }
+}
+
+fn redis_kind(error: &redis::RedisError) -> String {
+    match error.code() {
+        Some(code) => format!("server:{code}"),
+        None => format!("other:{error}"),
+    }
+}
+
+/// A reply as JSON: integers exactly, bulk strings as UTF-8 text.
+fn json_of(value: redis::Value) -> Outcome {
+    use redis::Value as V;
+    Ok(match value {
+        V::Nil => Json::Null,
+        V::Int(n) => Json::from(n),
+        V::BulkString(bytes) => Json::String(String::from_utf8_lossy(&bytes).into_owned()),
+        V::SimpleString(text) => Json::String(text),
+        V::Okay => Json::String("OK".into()),
+        V::Boolean(b) => Json::Bool(b),
+        V::Array(items) | V::Set(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                out.push(json_of(item)?);
+            }
+            Json::Array(out)
+        }
+        V::Map(pairs) => {
+            let mut out = Map::new();
+            for (k, v) in pairs {
+                let key = match json_of(k)? {
+                    Json::String(s) => s,
+                    other => other.to_string(),
+                };
+                out.insert(key, json_of(v)?);
+            }
+            Json::Object(out)
+        }
+        V::ServerError(error) => return Err(format!("server:{}", error.code())),
+        other => Json::String(format!("{other:?}")),
+    })
+}
+
+fn int_of(value: &Json) -> Option<i128> {
+    match value {
+        Json::Number(n) => n
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from)),
+        _ => None,
+    }
+}
+
+/// Whether `actual` matches the (resolved) matcher `expected`.
+fn check(expected: &Json, actual: &Json) -> Result<(), String> {
+    let fail = || Err(format!("expected {expected}, got {actual}"));
+    match expected {
+        Json::Object(map) if map.len() == 1 && map.keys().all(|k| k.starts_with('~')) => {
+            let (op, arg) = map.iter().next().expect("one entry");
+            let compare = |ok: fn(i128, i128) -> bool| match (int_of(actual), int_of(arg)) {
+                (Some(a), Some(b)) if ok(a, b) => Ok(()),
+                _ => fail(),
+            };
+            match op.as_str() {
+                "~any" => Ok(()),
+                "~gt" => compare(|a, b| a > b),
+                "~ge" => compare(|a, b| a >= b),
+                "~lt" => compare(|a, b| a < b),
+                "~le" => compare(|a, b| a <= b),
+                "~ne" => match check(arg, actual) {
+                    Ok(()) => fail(),
+                    Err(_) => Ok(()),
+                },
+                "~len" => {
+                    let len = match actual {
+                        Json::Array(items) => items.len(),
+                        Json::String(s) => s.len(),
+                        _ => return fail(),
+                    };
+                    if Some(len as i128) == int_of(arg) {
+                        Ok(())
+                    } else {
+                        fail()
+                    }
+                }
+                "~in" => match arg {
+                    Json::Array(options) if options.iter().any(|o| check(o, actual).is_ok()) => {
+                        Ok(())
+                    }
+                    _ => fail(),
+                },
+                other => Err(format!("unknown matcher {other}")),
+            }
+        }
+        Json::Object(map) => {
+            let Json::Object(got) = actual else {
+                return fail();
+            };
+            for (key, want) in map {
+                let Some(value) = got.get(key) else {
+                    return Err(format!("no field {key} in {actual}"));
+                };
+                check(want, value).map_err(|e| format!("{key}: {e}"))?;
+            }
+            Ok(())
+        }
+        Json::Array(wants) => {
+            let Json::Array(items) = actual else {
+                return fail();
+            };
+            if wants.len() != items.len() {
+                return fail();
+            }
+            for (want, item) in wants.iter().zip(items) {
+                check(want, item).map_err(|e| format!("in {actual}: {e}"))?;
+            }
+            Ok(())
+        }
+        Json::Number(_) => match (int_of(expected), int_of(actual)) {
+            (Some(a), Some(b)) if a == b => Ok(()),
+            _ => fail(),
+        },
+        _ if expected == actual => Ok(()),
+        _ => fail(),
+    }
+}
+
+/// The read steps, which `within_ms` may repeat.
+fn is_read(op: &str) -> bool {
+    matches!(
+        op,
+        "info" | "info_dlock" | "command" | "held" | "lost" | "leader" | "observed" | "latch_count"
+    )
+}
+
+impl Runner {
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.server.port)
+    }
+
+    /// Resolves the references (`$g.token`, `$g.owner`, `$g.tokens`,
+    /// `$g.tokens.N`, `$var`) in a value.
+    fn resolve(&self, value: &Json) -> Result<Json, String> {
+        match value {
+            Json::String(s) if s.starts_with("$$") => Ok(Json::String(s[1..].to_string())),
+            Json::String(s) if s.starts_with('$') => {
+                let path: Vec<&str> = s[1..].split('.').collect();
+                match path.as_slice() {
+                    [var] => self
+                        .vars
+                        .get(*var)
+                        .cloned()
+                        .ok_or_else(|| format!("unknown variable {s}")),
+                    [guard, field, rest @ ..] => {
+                        let slot = self
+                            .guards
+                            .get(*guard)
+                            .ok_or_else(|| format!("unknown guard in {s}"))?;
+                        match (*field, rest) {
+                            ("token", []) => Ok(Json::from(slot.token)),
+                            ("owner", []) => Ok(Json::String(slot.owner.clone())),
+                            ("tokens", []) => Ok(Json::Array(
+                                slot.tokens.iter().map(|t| Json::from(*t)).collect(),
+                            )),
+                            ("tokens", [index]) => index
+                                .parse::<usize>()
+                                .ok()
+                                .and_then(|i| slot.tokens.get(i))
+                                .map(|t| Json::from(*t))
+                                .ok_or_else(|| format!("no such token: {s}")),
+                            _ => Err(format!("unknown reference {s}")),
+                        }
+                    }
+                    _ => Err(format!("unknown reference {s}")),
+                }
+            }
+            Json::Array(items) => items
+                .iter()
+                .map(|v| self.resolve(v))
+                .collect::<Result<_, _>>()
+                .map(Json::Array),
+            Json::Object(map) => {
+                let mut out = Map::new();
+                for (k, v) in map {
+                    out.insert(k.clone(), self.resolve(v)?);
+                }
+                Ok(Json::Object(out))
+            }
+            other => Ok(other.clone()),
+        }
+    }
+
+    /// A resolved value as a command argument or an owner name.
+    fn text(&self, value: &str) -> Result<String, String> {
+        match self.resolve(&Json::String(value.to_string()))? {
+            Json::String(s) => Ok(s),
+            Json::Number(n) => Ok(n.to_string()),
+            other => Err(format!("{value} is not text: {other}")),
+        }
+    }
+
+    async fn client(&mut self, name: &Option<String>) -> Result<Client, String> {
+        let name = name.clone().ok_or("the step names no client")?;
+        if let Some(client) = self.clients.get(&name) {
+            return Ok(client.clone());
+        }
+        let client = Client::open(self.url())
+            .await
+            .map_err(|e| format!("connect client {name}: {e}"))?;
+        self.clients.insert(name, client.clone());
+        Ok(client)
+    }
+
+    async fn raw(&mut self, name: &str) -> Result<MultiplexedConnection, String> {
+        if let Some(conn) = self.conns.get(name) {
+            return Ok(conn.clone());
+        }
+        let conn = self.new_raw().await?;
+        self.conns.insert(name.to_string(), conn.clone());
+        Ok(conn)
+    }
+
+    async fn new_raw(&self) -> Result<MultiplexedConnection, String> {
+        let client = redis::Client::open(self.url()).map_err(|e| e.to_string())?;
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| format!("raw connection: {e}"))
+    }
+
+    fn slot(&self, step: &Step) -> Result<&GuardSlot, String> {
+        let name = step.guard.as_ref().ok_or("the step names no guard")?;
+        self.guards
+            .get(name)
+            .ok_or_else(|| format!("unknown guard {name}"))
+    }
+
+    fn register(&mut self, name: &str, guard: Guard) {
+        let slot = GuardSlot {
+            token: guard.token(),
+            tokens: guard.tokens().map(|(_, t)| t).collect(),
+            owner: String::from_utf8_lossy(guard.owner()).into_owned(),
+            guard: Some(guard),
+            lost_at_release: false,
+        };
+        self.guards.insert(name.to_string(), slot);
+    }
+
+    /// Runs one step and checks its expectations.
+    async fn step(&mut self, step: &Step) -> Result<(), String> {
+        if step.result.is_some() && step.error.is_some() {
+            return Err("result and error are exclusive".into());
+        }
+        if step.background {
+            let name = step.name.clone().ok_or("a background step needs `as`")?;
+            let task = self.start(step).await?;
+            self.tasks.insert(name, task);
+            return Ok(());
+        }
+        let deadline = step
+            .within_ms
+            .filter(|_| is_read(&step.op))
+            .map(|ms| Instant::now() + Duration::from_millis(ms));
+        loop {
+            let outcome = self.run(step).await?;
+            match self.judge(step, &outcome) {
+                Ok(()) => {
+                    if let (Some(name), Ok(value)) = (&step.capture, &outcome) {
+                        self.vars.insert(name.clone(), value.clone());
+                    }
+                    return Ok(());
+                }
+                Err(failure) => match deadline {
+                    Some(deadline) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
+                    _ => return Err(failure),
+                },
+            }
+        }
+    }
+
+    fn judge(&self, step: &Step, outcome: &Outcome) -> Result<(), String> {
+        match (&step.error, outcome) {
+            (Some(want), Err(kind)) if want == kind => Ok(()),
+            (Some(want), Err(kind)) => Err(format!("expected error {want}, got error {kind}")),
+            (Some(want), Ok(value)) => Err(format!("expected error {want}, got {value}")),
+            (None, Err(kind)) => Err(format!("failed with {kind}")),
+            (None, Ok(value)) => match &step.result {
+                Some(expected) => check(&self.resolve(expected)?, value),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// Starts a background step.
+    async fn start(&mut self, step: &Step) -> Result<Task, String> {
+        match step.op.as_str() {
+            "acquire" => {
+                let builder = self.builder(step).await?;
+                Ok(Task::Acquire(tokio::spawn(builder.acquire())))
+            }
+            "latch_wait" => {
+                let client = self.client(&step.client).await?;
+                let latch = client.latch(step.key.clone().ok_or("no key")?);
+                let timeout = step.timeout_ms.ok_or("no timeout_ms")?;
+                Ok(Task::LatchWait(tokio::spawn(async move {
+                    if timeout == 0 {
+                        latch.wait_forever().await
+                    } else {
+                        latch.wait(Duration::from_millis(timeout)).await
+                    }
+                })))
+            }
+            "command" => {
+                let mut conn = self.new_raw().await?;
+                let cmd = self.command(step)?;
+                Ok(Task::Command(tokio::spawn(async move {
+                    cmd.query_async::<redis::Value>(&mut conn).await
+                })))
+            }
+            other => Err(format!("{other} cannot run in the background")),
+        }
+    }
+
+    async fn builder(&mut self, step: &Step) -> Result<dlock_client::LockBuilder, String> {
+        let client = self.client(&step.client).await?;
+        let key = || step.key.clone().ok_or("the step names no key");
+        let mut builder = match step.kind.as_deref().unwrap_or("lock") {
+            "lock" => client.lock(key()?),
+            "read" => client.read_lock(key()?),
+            "write" => client.write_lock(key()?),
+            "semaphore" => client.semaphore(key()?, step.limit.ok_or("no limit")?),
+            "multi" => client.multi_lock(step.keys.clone().ok_or("no keys")?),
+            other => return Err(format!("unknown kind {other}")),
+        };
+        if step.weight.is_some() {
+            return Err("weights are not in the Rust client yet (branch elect)".into());
+        }
+        if let Some(ms) = step.lease_ms {
+            builder = builder.lease(Duration::from_millis(ms));
+        }
+        if let Some(ms) = step.wait_ms {
+            builder = builder.wait(Duration::from_millis(ms));
+        }
+        if step.wait_forever {
+            builder = builder.wait_forever();
+        }
+        if step.fair {
+            builder = builder.fair();
+        }
+        if step.session {
+            builder = builder.session();
+        }
+        if let Some(owner) = &step.owner {
+            builder = builder.owner(self.text(owner)?);
+        }
+        Ok(builder)
+    }
+
+    fn command(&self, step: &Step) -> Result<redis::Cmd, String> {
+        let args = step.args.as_ref().ok_or("no args")?;
+        let mut cmd = redis::cmd(&self.text(&args[0])?);
+        for arg in &args[1..] {
+            cmd.arg(self.text(arg)?);
+        }
+        Ok(cmd)
+    }
+
+    /// Runs one (foreground) step: `Err` is a failure of the runner or
+    /// the scenario, `Ok(Err(kind))` an error the step may expect.
+    async fn run(&mut self, step: &Step) -> Result<Outcome, String> {
+        let done = Ok(Ok(Json::Null));
+        match step.op.as_str() {
+            "acquire" => {
+                let name = step.name.clone().ok_or("acquire needs `as`")?;
+                match self.builder(step).await?.acquire().await {
+                    Ok(guard) => {
+                        self.register(&name, guard);
+                        done
+                    }
+                    Err(error) => Ok(Err(kind_of(&error))),
+                }
+            }
+            "release" => {
+                let name = step.guard.clone().ok_or("no guard")?;
+                let slot = self.guards.get_mut(&name).ok_or("unknown guard")?;
+                let guard = slot.guard.take().ok_or("the guard was released already")?;
+                slot.lost_at_release = !guard.is_held();
+                Ok(guard
+                    .release()
+                    .await
+                    .map(|()| Json::Null)
+                    .map_err(|e| kind_of(&e)))
+            }
+            "renew" => {
+                let slot = self.slot(step)?;
+                let guard = slot.guard.as_ref().ok_or("the guard was released")?;
+                Ok(guard
+                    .renew()
+                    .await
+                    .map(|()| Json::Null)
+                    .map_err(|e| kind_of(&e)))
+            }
+            "held" => {
+                let slot = self.slot(step)?;
+                Ok(Ok(Json::Bool(
+                    slot.guard.as_ref().is_some_and(Guard::is_held),
+                )))
+            }
+            "lost" => {
+                let slot = self.slot(step)?;
+                let lost = match &slot.guard {
+                    Some(guard) => !guard.is_held(),
+                    None => slot.lost_at_release,
+                };
+                Ok(Ok(Json::Bool(lost)))
+            }
+            "token" => Ok(Ok(Json::from(self.slot(step)?.token))),
+            "await" => {
+                let name = step.task.clone().ok_or("no task")?;
+                let task = self
+                    .tasks
+                    .remove(&name)
+                    .ok_or_else(|| format!("unknown task {name}"))?;
+                let within = step
+                    .within_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(DEFAULT_AWAIT);
+                let late = || format!("task {name} not done within {within:?}");
+                match task {
+                    Task::Acquire(handle) => {
+                        match tokio::time::timeout(within, handle)
+                            .await
+                            .map_err(|_| late())?
+                        {
+                            Ok(Ok(guard)) => {
+                                self.register(&name, guard);
+                                done
+                            }
+                            Ok(Err(error)) => Ok(Err(kind_of(&error))),
+                            Err(join) => Err(format!("task {name} panicked: {join}")),
+                        }
+                    }
+                    Task::LatchWait(handle) => {
+                        match tokio::time::timeout(within, handle)
+                            .await
+                            .map_err(|_| late())?
+                        {
+                            Ok(result) => Ok(result.map(latch_word).map_err(|e| kind_of(&e))),
+                            Err(join) => Err(format!("task {name} panicked: {join}")),
+                        }
+                    }
+                    Task::Command(handle) => {
+                        match tokio::time::timeout(within, handle)
+                            .await
+                            .map_err(|_| late())?
+                        {
+                            Ok(Ok(value)) => Ok(json_of(value)),
+                            Ok(Err(error)) => Ok(Err(redis_kind(&error))),
+                            Err(join) => Err(format!("task {name} panicked: {join}")),
+                        }
+                    }
+                }
+            }
+            "cancel" => {
+                // Rust's cancellation: drop the future. The task is aborted,
+                // which drops the acquire future inside it (docs/clients.md,
+                // Rust: "Dropping the future cancels the request"). A guard
+                // granted before the abort is dropped too, which releases it.
+                let name = step.task.clone().ok_or("no task")?;
+                let task = self
+                    .tasks
+                    .remove(&name)
+                    .ok_or_else(|| format!("unknown task {name}"))?;
+                match task {
+                    Task::Acquire(handle) => {
+                        handle.abort();
+                        let _ = handle.await;
+                    }
+                    Task::LatchWait(handle) => {
+                        handle.abort();
+                        let _ = handle.await;
+                    }
+                    Task::Command(handle) => {
+                        handle.abort();
+                        let _ = handle.await;
+                    }
+                }
+                done
+            }
+            "latch_create" => {
+                let client = self.client(&step.client).await?;
+                let latch = client.latch(step.key.clone().ok_or("no key")?);
+                let ttl = Duration::from_millis(step.ttl_ms.ok_or("no ttl_ms")?);
+                Ok(latch
+                    .create(step.count.ok_or("no count")?, ttl)
+                    .await
+                    .map(Json::Bool)
+                    .map_err(|e| kind_of(&e)))
+            }
+            "latch_count_down" => {
+                let client = self.client(&step.client).await?;
+                let latch = client.latch(step.key.clone().ok_or("no key")?);
+                Ok(latch
+                    .count_down(step.n.unwrap_or(1))
+                    .await
+                    .map(Json::from)
+                    .map_err(|e| kind_of(&e)))
+            }
+            "latch_count" => {
+                let client = self.client(&step.client).await?;
+                let latch = client.latch(step.key.clone().ok_or("no key")?);
+                Ok(latch
+                    .count()
+                    .await
+                    .map(|count| count.map(Json::from).unwrap_or(Json::Null))
+                    .map_err(|e| kind_of(&e)))
+            }
+            "latch_wait" => {
+                let task = self.start(step).await?;
+                let Task::LatchWait(handle) = task else {
+                    unreachable!("start gives a latch wait")
+                };
+                match handle.await {
+                    Ok(result) => Ok(result.map(latch_word).map_err(|e| kind_of(&e))),
+                    Err(join) => Err(format!("latch wait panicked: {join}")),
+                }
+            }
+            "command" => {
+                let conn_name = step.conn.clone().ok_or("no conn")?;
+                let mut conn = self.raw(&conn_name).await?;
+                let cmd = self.command(step)?;
+                Ok(match cmd.query_async::<redis::Value>(&mut conn).await {
+                    Ok(value) => json_of(value),
+                    Err(error) => Err(redis_kind(&error)),
+                })
+            }
+            "info" => {
+                let conn_name = step.conn.clone().unwrap_or_else(|| "admin".into());
+                let mut conn = self.raw(&conn_name).await?;
+                let key = step.key.clone().ok_or("no key")?;
+                let reply: redis::Value = redis::cmd("DLOCK.INFO")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| format!("DLOCK.INFO {key}: {e}"))?;
+                Ok(match json_of(reply) {
+                    Ok(Json::Array(items)) => {
+                        let mut map = Map::new();
+                        for pair in items.chunks(2) {
+                            if let [Json::String(name), value] = pair {
+                                map.insert(name.clone(), value.clone());
+                            }
+                        }
+                        Ok(Json::Object(map))
+                    }
+                    other => other,
+                })
+            }
+            "info_dlock" => {
+                let conn_name = step.conn.clone().unwrap_or_else(|| "admin".into());
+                let mut conn = self.raw(&conn_name).await?;
+                let text: String = redis::cmd("INFO")
+                    .arg("dlock")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| format!("INFO dlock: {e}"))?;
+                let mut map = Map::new();
+                for line in text.lines() {
+                    if let Some((name, value)) = line.trim().split_once(':') {
+                        let value = match value.parse::<i64>() {
+                            Ok(n) => Json::from(n),
+                            Err(_) => Json::String(value.to_string()),
+                        };
+                        map.insert(name.to_string(), value);
+                    }
+                }
+                Ok(Ok(match &step.field {
+                    Some(field) => map
+                        .get(field)
+                        .cloned()
+                        .ok_or_else(|| format!("INFO dlock has no {field}"))?,
+                    None => Json::Object(map),
+                }))
+            }
+            "restart_server" => {
+                self.conns.clear();
+                tokio::task::block_in_place(|| self.server.restart());
+                done
+            }
+            "sleep" => {
+                tokio::time::sleep(Duration::from_millis(step.ms.ok_or("no ms")?)).await;
+                done
+            }
+            "campaign" | "resign" | "leader" | "observe" | "observed" | "stop" => Err(format!(
+                "{} is not in the Rust client yet (election lands with branch elect)",
+                step.op
+            )),
+            other => Err(format!("unknown step {other}")),
+        }
+    }
+
+    /// Forgets everything of the last scenario and empties the server.
+    async fn reset(&mut self) -> Result<(), String> {
+        for (_, task) in self.tasks.drain() {
+            match task {
+                Task::Acquire(handle) => handle.abort(),
+                Task::LatchWait(handle) => handle.abort(),
+                Task::Command(handle) => handle.abort(),
+            }
+        }
+        self.guards.clear();
+        self.clients.clear();
+        self.conns.clear();
+        self.vars.clear();
+        let mut admin = self.raw("admin").await?;
+        // A CLIENT PAUSE of the last scenario may still run: wait it out.
+        let _: redis::Value = redis::cmd("CLIENT")
+            .arg("UNPAUSE")
+            .query_async(&mut admin)
+            .await
+            .map_err(|e| format!("CLIENT UNPAUSE: {e}"))?;
+        let _: redis::Value = redis::cmd("FLUSHALL")
+            .query_async(&mut admin)
+            .await
+            .map_err(|e| format!("FLUSHALL: {e}"))?;
+        Ok(())
+    }
+}
+
+fn latch_word(wait: LatchWait) -> Json {
+    Json::String(
+        match wait {
+            LatchWait::Opened => "opened",
+            LatchWait::Vanished => "vanished",
+            LatchWait::TimedOut => "timed_out",
+        }
+        .into(),
+    )
+}
+
+fn scenario_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../conformance/scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no scenario files in {}", dir.display());
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance() {
+    let server_name = std::path::Path::new(&common::server_binary())
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut runner = Runner {
+        server: Server::start(),
+        clients: HashMap::new(),
+        conns: HashMap::new(),
+        guards: HashMap::new(),
+        tasks: HashMap::new(),
+        vars: HashMap::new(),
+    };
+    let only = std::env::var("DLOCK_CONFORMANCE_ONLY").ok();
+    let (mut run, mut skipped, mut failures) = (0, 0, Vec::new());
+    let mut names = std::collections::HashSet::new();
+    for path in scenario_files() {
+        let text = std::fs::read_to_string(&path).expect("read a scenario file");
+        let file: ScenarioFile = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{}: not a scenario file: {e}", path.display()));
+        assert!(
+            path.file_stem()
+                .is_some_and(|stem| stem == file.area.as_str()),
+            "{}: area {} differs from the file name",
+            path.display(),
+            file.area
+        );
+        for scenario in file.scenarios {
+            assert!(
+                names.insert(scenario.name.clone()),
+                "scenario {} twice",
+                scenario.name
+            );
+            if only
+                .as_deref()
+                .is_some_and(|only| !scenario.name.starts_with(only))
+            {
+                continue;
+            }
+            if let Some(reason) = scenario.skip.get(LANGUAGE) {
+                eprintln!("conformance: SKIP {}: {reason}", scenario.name);
+                skipped += 1;
+                continue;
+            }
+            run += 1;
+            let started = Instant::now();
+            let mut outcome = runner.reset().await;
+            for (index, step) in scenario.steps.iter().enumerate() {
+                if outcome.is_err() {
+                    break;
+                }
+                outcome = runner
+                    .step(step)
+                    .await
+                    .map_err(|e| format!("step {} ({}): {e}", index + 1, step.op));
+            }
+            match outcome {
+                Ok(()) => eprintln!(
+                    "conformance: ok {} ({:?})",
+                    scenario.name,
+                    started.elapsed()
+                ),
+                Err(failure) => {
+                    eprintln!("conformance: FAIL {}: {failure}", scenario.name);
+                    failures.push(format!("{}: {failure}", scenario.name));
+                }
+            }
+        }
+    }
+    let _ = runner.reset().await;
+    eprintln!(
+        "conformance ({server_name}): {run} run, {skipped} skipped, {} failed",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "conformance failures:\n{}",
+        failures.join("\n")
+    );
+}
