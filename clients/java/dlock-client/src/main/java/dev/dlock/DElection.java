@@ -16,9 +16,11 @@ import java.util.function.Consumer;
  * {@link #observe} learns every change through {@code DLOCK.WATCH}, which the server answers the
  * moment the key's newest hold changes: nothing polls and the latest change is never missed.
  *
- * <p>The owner string is the same in every dlock client: {@code <identity>#<32 hex>}, the hex a new
- * UUID per campaign, so two candidates announcing one identity never share a hold. The identity is
- * the owner up to its last {@code #}.
+ * <p>The owner string is the same in every dlock client (docs/clients.md, R7.6): {@code
+ * <identity>#<uuid>}, the 36-character text of a new UUID v4 per campaign, so two candidates
+ * announcing one identity never share a hold. A reader takes the identity as the owner without its
+ * last 37 characters when the owner has that shape, else the whole owner (a hold taken outside an
+ * election).
  *
  * <p><b>A leader must stop acting when its lease is lost</b> ({@link Lease#lost()}): another
  * candidate may lead already. Pass the term to what it writes, so that the resource refuses an
@@ -54,23 +56,41 @@ public final class DElection {
     }
 
     /**
-     * @param identity what the candidate announces (1 to 479 bytes)
-     * @return the owner string of a new campaign: {@code <identity>#<32 hex>}
+     * @param identity what the candidate announces (1 to 475 bytes)
+     * @return the owner string of a new campaign: {@code <identity>#<uuid>}
      */
     public static String ownerFor(String identity) {
-        if (identity.isEmpty() || Bytes.of(identity).length > 512 - 33) {
-            throw new IllegalArgumentException("identity must be 1 to 479 bytes");
+        if (identity.isEmpty() || Bytes.of(identity).length > 512 - 37) {
+            throw new IllegalArgumentException("identity must be 1 to 475 bytes");
         }
-        return identity + "#" + UUID.randomUUID().toString().replace("-", "");
+        return identity + "#" + UUID.randomUUID();
     }
 
     /**
      * @param owner an owner string
-     * @return the identity it announces: the owner up to its last {@code #}, or the whole owner
+     * @return the identity it announces: the owner without its last 37 characters ({@code #} and a
+     *     UUID) when it has that shape, else the whole owner
      */
     public static String identityOf(String owner) {
-        int at = owner.lastIndexOf('#');
-        return at < 0 ? owner : owner.substring(0, at);
+        int at = owner.length() - 37;
+        if (at >= 1 && owner.charAt(at) == '#' && isUuid(owner.substring(at + 1))) {
+            return owner.substring(0, at);
+        }
+        return owner;
+    }
+
+    private static boolean isUuid(String text) {
+        if (text.length() != 36) {
+            return false;
+        }
+        for (int i = 0; i < 36; i++) {
+            char c = text.charAt(i);
+            boolean dash = i == 8 || i == 13 || i == 18 || i == 23;
+            if (dash ? c != '-' : Character.digit(c, 16) < 0) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /**

@@ -3,7 +3,7 @@ package dev.dlock;
 import java.util.Objects;
 
 /**
- * Who leads an election: the owner string of the leader's hold ({@code <identity>#<32 hex>}),
+ * Who leads an election: the owner string of the leader's hold ({@code <identity>#<uuid>}),
  * the identity it announced, and its term (the fencing token of its hold; terms only grow).
  */
 public final class Leader {
@@ -22,7 +22,7 @@ public final class Leader {
         return owner;
     }
 
-    /** @return the identity the leader announced: its owner up to the last {@code #} (the whole owner without one) */
+    /** @return the identity the leader announced ({@link DElection#identityOf}) */
     public String identity() {
         return DElection.identityOf(owner);
     }

@@ -586,7 +586,11 @@ public abstract class LockContractTests {
             assertTrue(seen.get(0).isEmpty());
             Lease first = election.campaign("node-a");
             assertTrue(first.owner().startsWith("node-a#"));
-            assertEquals(32, first.owner().length() - "node-a#".length());
+            UUID.fromString(first.owner().substring("node-a#".length()));
+            assertEquals(36, first.owner().length() - "node-a#".length());
+            assertEquals("a#b", dev.dlock.DElection.identityOf("a#b#" + UUID.randomUUID()));
+            assertEquals("plain-owner", dev.dlock.DElection.identityOf("plain-owner"));
+            assertEquals("x#0123", dev.dlock.DElection.identityOf("x#0123"));
             assertEquals("node-a", election.leader().orElseThrow().identity());
             assertEquals(first.token(), election.leader().orElseThrow().term());
             Poll.until("the observer to see node-a", () -> observer.latest().isPresent()
