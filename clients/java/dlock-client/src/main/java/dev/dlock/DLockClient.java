@@ -283,6 +283,13 @@ public final class DLockClient implements AutoCloseable {
                     });
                 }
                 throw e;
+            } catch (DLockConnectionException e) {
+                // No answer: it may have been granted. A generated owner holds nothing else, so
+                // one release of it settles that (R5.3).
+                if (generatedOwner) {
+                    releaseQuietly(request, owner);
+                }
+                throw e;
             }
             return granted(request, owner, value, sent, false);
         }
@@ -297,9 +304,12 @@ public final class DLockClient implements AutoCloseable {
             connection.discard();
             throw e;
         }
-        Object value = awaitBlocking(connection, reply, blockMs, interruptible, routingKey,
+        Object value;
+        try {
+            value = awaitBlocking(connection, reply, blockMs, interruptible, routingKey,
                 () -> {
                     if (generatedOwner) {
+                        awaitNotQueued(request, owner);
                         releaseQuietly(request, owner);
                     }
                 },
@@ -308,6 +318,13 @@ public final class DLockClient implements AutoCloseable {
                         releaseQuietly(request, owner);
                     }
                 });
+        } catch (DLockConnectionException e) {
+            if (generatedOwner) {
+                awaitNotQueued(request, owner);
+                releaseQuietly(request, owner);
+            }
+            throw e;
+        }
         long received = System.nanoTime();
         Hold hold = granted(request, owner, value, sent, true);
         if (hold != null) {
@@ -459,6 +476,37 @@ public final class DLockClient implements AutoCloseable {
         return left;
     }
 
+    /**
+     * After a wait's connection was closed, the server drops the waiter when it sees the close:
+     * look with DLOCK.INFO (up to 2 s) until the owner is no longer queued, so that a release sent
+     * then comes after any grant of that wait (R4.4).
+     */
+    void awaitNotQueued(Request request, String owner) {
+        byte[] key = request.routingKey();
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+        while (System.nanoTime() < end) {
+            try {
+                java.util.Map<String, Object> info = Info.of(await(transport.call(key, Commands.INFO, key)));
+                Object queue = info == null ? null : info.get("queue");
+                boolean queued = false;
+                if (queue instanceof List) {
+                    for (Object entry : (List<?>) queue) {
+                        queued |= owner.equals(Bytes.str(entry));
+                    }
+                }
+                if (!queued) {
+                    return;
+                }
+                Thread.sleep(2);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            } catch (RuntimeException e) {
+                return;
+            }
+        }
+    }
+
     void releaseQuietly(Request request, String owner) {
         try {
             release(request.keys, owner, request.shared);
@@ -467,7 +515,11 @@ public final class DLockClient implements AutoCloseable {
         }
     }
 
-    /** Renews every key of a hold to {@code ttl} from now. */
+    /**
+     * Renews every key of a hold to {@code ttl} from now.
+     *
+     * @return false when the hold turned out lost (or was released)
+     */
     boolean renewNow(Hold hold, long ttl) {
         if (!hold.isLive()) {
             return false;
@@ -510,6 +562,11 @@ public final class DLockClient implements AutoCloseable {
             if (wasLost) {
                 // Sent in case the server kept the hold; a lost hold's release reports nothing.
                 return 0;
+            }
+            if (e instanceof NotOwnerException) {
+                hold.lostAtRelease(LostReason.NOT_OWNER);
+            } else if (e instanceof WrongTypeException) {
+                hold.lostAtRelease(LostReason.WRONG_TYPE);
             }
             throw e;
         }

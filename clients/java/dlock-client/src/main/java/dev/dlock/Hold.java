@@ -102,6 +102,21 @@ final class Hold {
         lost.complete(reason);
     }
 
+    /**
+     * A release that the server answered NOTOWNER (R3.5): the hold was gone before the watchdog
+     * noticed; it counts as lost even though it is being released.
+     */
+    void lostAtRelease(LostReason reason) {
+        synchronized (this) {
+            if (lostReason != null) {
+                return;
+            }
+            lostReason = reason;
+        }
+        client.watchdog().unwatch(this);
+        lost.complete(reason);
+    }
+
     /** @return true the first time only */
     boolean markReleased() {
         if (released.compareAndSet(false, true)) {

@@ -77,14 +77,16 @@ public final class Lease implements AutoCloseable {
     }
 
     /**
-     * Renews the lease now ({@code DLOCK.RENEW} on every key) to {@code lease} from now; a lease
-     * of its own (taken with a fixed lease) is then not renewed again by the watchdog.
+     * Renews the lease now ({@code DLOCK.RENEW} on every key) to {@code lease} from now (a fixed
+     * lease is then not renewed again by the watchdog; a renewed one goes on at its own lease).
      *
      * @param lease the new lease (at least 1 ms)
-     * @return true when renewed; false when the hold is gone (it is then reported lost)
+     * @throws LockLostException when the hold is lost (now or before), or was released
      */
-    public boolean renew(java.time.Duration lease) {
-        return hold.client.renewNow(hold, Math.max(1, lease.toMillis()));
+    public void renew(java.time.Duration lease) {
+        if (!hold.client.renewNow(hold, Math.max(1, lease.toMillis()))) {
+            throw new LockLostException(key(), hold.lostReason() == null ? LostReason.NOT_OWNER : hold.lostReason());
+        }
     }
 
     /**

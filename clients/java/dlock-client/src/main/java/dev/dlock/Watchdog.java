@@ -22,11 +22,17 @@ final class Watchdog implements Runnable {
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition wake = lock.newCondition();
     private final Thread thread;
+    private final java.util.concurrent.ExecutorService sender;
     private volatile boolean closed;
     private boolean signalled;
 
     Watchdog(DLockClient client) {
         this.client = client;
+        this.sender = java.util.concurrent.Executors.newSingleThreadExecutor(task -> {
+            Thread t = new Thread(task, "dlock-renewals");
+            t.setDaemon(true);
+            return t;
+        });
         this.thread = new Thread(this, "dlock-watchdog");
         this.thread.setDaemon(true);
         this.thread.start();
@@ -57,6 +63,7 @@ final class Watchdog implements Runnable {
 
     void close() {
         closed = true;
+        sender.shutdownNow();
         signal();
         for (Hold hold : holds) {
             hold.markLost(LostReason.CLIENT_CLOSED);
@@ -147,6 +154,18 @@ final class Watchdog implements Runnable {
                 commands.add(new Transport.Command(key, new byte[][] {Commands.RENEW, key, owner, ttl}));
             }
         }
+        // Sent from a thread of its own: a transport may block while it reconnects, and the
+        // watchdog's own thread must keep checking deadlines meanwhile.
+        try {
+            sender.execute(() -> send(due, commands));
+        } catch (RuntimeException e) {
+            for (Hold hold : due) {
+                retryLater(hold);
+            }
+        }
+    }
+
+    private void send(List<Hold> due, List<Transport.Command> commands) {
         long sent = System.nanoTime();
         List<CompletableFuture<Object>> replies;
         try {
@@ -206,7 +225,8 @@ final class Watchdog implements Runnable {
     private void retryLater(Hold hold) {
         synchronized (hold) {
             hold.inFlight = false;
-            hold.nextRenewalNanos = System.nanoTime() + client.config().retryDelay().toNanos();
+            long delay = Math.min(client.config().retryDelay().toNanos(), hold.ttlMs * 1_000_000L / 12);
+            hold.nextRenewalNanos = System.nanoTime() + Math.max(1_000_000L, delay);
         }
         signal();
     }

@@ -2,6 +2,7 @@ package dev.dlock.shedlock;
 
 import dev.dlock.DLockClient;
 import dev.dlock.Lease;
+import dev.dlock.LockLostException;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.Objects;
@@ -97,9 +98,12 @@ public final class DLockProvider implements ExtensibleLockProvider {
             Duration rest = Duration.between(ClockProvider.now(), configuration.getLockAtLeastUntil());
             if (rest.toMillis() >= 1) {
                 // Held until lockAtLeastFor has passed, then ended by the server.
-                if (lease.renew(rest)) {
+                try {
+                    lease.renew(rest);
                     lease.abandon();
                     return;
+                } catch (LockLostException e) {
+                    // gone already: the release below reports nothing
                 }
             }
             lease.close();
@@ -111,7 +115,12 @@ public final class DLockProvider implements ExtensibleLockProvider {
             LockConfiguration extended = new LockConfiguration(ClockProvider.now(), configuration.getName(),
                     lockAtMostFor, lockAtLeastFor);
             Duration leaseFor = leaseUntil(extended.getLockAtMostUntil());
-            if (leaseFor == null || !lease.renew(leaseFor)) {
+            if (leaseFor == null) {
+                return Optional.empty();
+            }
+            try {
+                lease.renew(leaseFor);
+            } catch (LockLostException e) {
                 return Optional.empty();
             }
             valid = false;
