@@ -78,6 +78,9 @@ public final class DLockClient implements AutoCloseable {
             try {
                 T value = task.run();
                 if (!result.complete(value) && value instanceof AutoCloseable) {
+                    // Cancelled while the grant came in: the grant is released here, by a
+                    // thread whose interrupt (the cancellation) must not stop the release.
+                    Thread.interrupted();
                     ((AutoCloseable) value).close();
                 }
             } catch (InterruptedException e) {

@@ -124,11 +124,18 @@ public final class LettuceTransport implements Transport {
             commandArgs.add(args[i]);
         }
         CompletableFuture<Object> reply;
+        // Lettuce may refuse to write from a thread whose interrupt flag is set; an interrupted
+        // caller (a cancelled wait releasing its grant) must still be able to send.
+        boolean interrupted = Thread.interrupted();
         try {
             reply = connection.async().dispatch(new RawCommand(args[0]), new ReplyOutput(), commandArgs)
                     .toCompletableFuture();
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(translate(e));
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
         }
         CompletableFuture<Object> out = new CompletableFuture<>();
         reply.whenComplete((value, error) -> {

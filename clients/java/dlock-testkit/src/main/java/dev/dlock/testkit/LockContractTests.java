@@ -379,6 +379,23 @@ public abstract class LockContractTests {
     }
 
     @Test
+    void aCancelThatRacesAHandOffLeavesNothing() throws Exception {
+        DLock lock = dlock.getLock(key);
+        for (int round = 0; round < 15; round++) {
+            Lease held = lock.acquire(Duration.ZERO);
+            CompletableFuture<Lease> waiting = lock.acquireAsync(Duration.ofSeconds(10));
+            Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+            held.close();
+            if (!waiting.cancel(true) && !waiting.isCompletedExceptionally()) {
+                waiting.join().close();
+            }
+            int r = round;
+            Poll.until("nothing left after round " + r + ": " + LockInfo.of(server, key), Duration.ofSeconds(3),
+                    () -> LockInfo.of(server, key) == null);
+        }
+    }
+
+    @Test
     void anAsyncAcquireCompletesOnTheHandOff() throws Exception {
         DLock lock = dlock.getLock(key);
         Lease held = lock.acquire(Duration.ZERO);
