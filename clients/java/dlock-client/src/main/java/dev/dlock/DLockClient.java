@@ -271,6 +271,11 @@ public final class DLockClient implements AutoCloseable {
             throw new InterruptedException();
         }
         if (waitNanos == 0) {
+            try {
+                transport.prepare(request.routingKey());
+            } catch (RuntimeException e) {
+                throw unwrap(e);
+            }
             long sent = System.nanoTime();
             CompletableFuture<Object> reply =
                     transport.call(request.routingKey(), request.acquireArgs(owner, -1));
@@ -295,6 +300,16 @@ public final class DLockClient implements AutoCloseable {
                 throw e;
             }
             return granted(request, owner, value, sent, false);
+        }
+        if (!request.fair) {
+            // A free lock is granted on the shared connection at once; only a lock that is held
+            // needs a connection of its own to wait on. (Not for DLOCK.FAIR, whose failed try
+            // leaves a reservation.) A null reply leaves nothing behind, so the wait that follows
+            // joins the queue exactly as a direct BLOCK would.
+            Hold now = acquire(request, owner, generatedOwner, 0, interruptible);
+            if (now != null) {
+                return now;
+            }
         }
         long blockMs = waitNanos < 0 ? 0 : Math.max(1, (waitNanos + 999_999) / 1_000_000);
         byte[] routingKey = request.routingKey();

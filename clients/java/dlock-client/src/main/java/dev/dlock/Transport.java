@@ -44,6 +44,15 @@ public interface Transport extends AutoCloseable {
     }
 
     /**
+     * Makes sure the shared connection to the node of {@code routingKey} is open, connecting if
+     * needed, so that the time the client records as a command's send (the start of its lease on
+     * the client's clock) is not taken before a slow connect. A hint: the default does nothing.
+     *
+     * @param routingKey the key that decides the node in a Cluster
+     */
+    default void prepare(byte[] routingKey) {}
+
+    /**
      * Opens (or takes from a pool) a connection reserved for one blocking command, on the node
      * that serves {@code routingKey}. Blocks the calling thread while connecting.
      *

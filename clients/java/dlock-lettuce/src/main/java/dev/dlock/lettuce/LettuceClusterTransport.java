@@ -131,6 +131,11 @@ public final class LettuceClusterTransport implements Transport {
     }
 
     @Override
+    public void prepare(byte[] routingKey) {
+        nodeConnection(routingKey);
+    }
+
+    @Override
     public CompletableFuture<Object> call(byte[] routingKey, byte[]... args) {
         CompletableFuture<Object> first;
         try {

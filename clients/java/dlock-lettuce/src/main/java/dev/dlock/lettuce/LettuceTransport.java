@@ -162,6 +162,11 @@ public final class LettuceTransport implements Transport {
     }
 
     @Override
+    public void prepare(byte[] routingKey) {
+        shared();
+    }
+
+    @Override
     public CompletableFuture<Object> call(byte[] routingKey, byte[]... args) {
         StatefulRedisConnection<byte[], byte[]> connection;
         try {

@@ -33,6 +33,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assertions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
@@ -239,14 +240,17 @@ public abstract class LockContractTests {
 
     @Test
     void theWatchdogKeepsAShortLeaseAlive() throws Exception {
-        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(300)).build());
+        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(600)).build());
         DLock lock = client.getLock(key);
         lock.lock();
         long token = lock.getToken();
-        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(1500);
+        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(2000);
         while (System.nanoTime() < end) {
             LockInfo info = LockInfo.of(server, key);
-            assertNotNull(info, "the lease must not end while renewed");
+            if (info == null) {
+                CompletableFuture<LostReason> lost = lock.lostByCurrentThread().toCompletableFuture();
+                Assertions.fail("the lease must not end while renewed (lost: " + (lost.isDone() ? lost.join() : "no") + ")");
+            }
             assertEquals(token, info.token());
             Thread.sleep(20);
         }
