@@ -53,12 +53,11 @@ final class Hold {
     }
 
     /**
-     * A grant after a wait: the server's lease began between the send and the reply, so the
-     * deadline is set from the reply and a renewal goes out at once to make it exact.
+     * A grant after a wait: the server's lease began between the send and the reply, at a time the
+     * client does not know, so the lease counts from the moment the reply was read (R3.2).
      */
     synchronized void grantedAfterWait(long receivedNanos, long ttl) {
         confirmed(receivedNanos, ttl);
-        this.nextRenewalNanos = receivedNanos;
     }
 
     /** The owner's token changed (an upgrade): renewals answer with the new one. */
