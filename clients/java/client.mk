@@ -1,0 +1,15 @@
+# The Java client (clients/java/, docs/clients.md#java): Maven (local repository ~/.m2)
+# builds every module, compiles the examples and runs the JUnit suites against
+# redis-server and Valkey (servers started by dlock-testkit's Servers extension).
+.PHONY: java-test
+test: java-test
+java-test: build
+	cd clients/java && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" mvn -q -B verify
+
+# The benchmark against Redisson (clients/java/dlock-bench, Maven profile `bench`):
+# docs/benchmarks-java.md, or a temporary file with QUICK=1.
+.PHONY: java-bench
+bench: java-bench
+java-bench: build
+	cd clients/java && mvn -q -B -Pbench -DskipTests -pl dlock-bench -am package dependency:build-classpath -Dmdep.outputFile=target/bench-classpath.txt
+	cd clients/java && java -cp dlock-bench/target/classes:$$(cat dlock-bench/target/bench-classpath.txt) dev.dlock.bench.Bench $(if $(filter-out 0 false no,$(QUICK)),--quick $$(mktemp),../../docs/benchmarks-java.md)

@@ -1,0 +1,592 @@
+package dev.dlock;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Objects;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * The entry point: a thread-safe client over one {@link Transport}, with one watchdog thread
+ * that renews the leases of every live hold it granted. Close it to stop the watchdog (live
+ * holds are then reported lost with {@link LostReason#CLIENT_CLOSED}) and the transport.
+ *
+ * <pre>{@code
+ * try (DLockClient dlock = new DLockClient(LettuceTransport.create(RedisURI.create("redis://localhost")))) {
+ *     DLock lock = dlock.getLock("orders:42");
+ *     lock.lock();
+ *     try {
+ *         pay(42, lock.getToken());
+ *     } finally {
+ *         lock.unlock();
+ *     }
+ * }
+ * }</pre>
+ */
+public final class DLockClient implements AutoCloseable {
+    /** How long a command that answers at once may take before the client gives up on it. */
+    static final Duration RESPONSE_TIMEOUT = Duration.ofSeconds(10);
+
+    private final Transport transport;
+    private final DLockConfig config;
+    private final Watchdog watchdog;
+    private final java.util.concurrent.ExecutorService asyncWaits;
+    private volatile boolean closed;
+
+    /**
+     * A client with the default settings.
+     *
+     * @param transport the connections to use; closed with the client
+     */
+    public DLockClient(Transport transport) {
+        this(transport, DLockConfig.defaults());
+    }
+
+    /**
+     * @param transport the connections to use; closed with the client
+     * @param config the settings
+     */
+    public DLockClient(Transport transport, DLockConfig config) {
+        this.transport = Objects.requireNonNull(transport);
+        this.config = Objects.requireNonNull(config);
+        this.watchdog = new Watchdog(this);
+        this.asyncWaits = java.util.concurrent.Executors.newCachedThreadPool(task -> {
+            Thread thread = new Thread(task, "dlock-async-wait");
+            thread.setDaemon(true);
+            return thread;
+        });
+    }
+
+    /** A task that may be cancelled by interrupting its thread. */
+    interface Interruptible<T> {
+        T run() throws InterruptedException;
+    }
+
+    /**
+     * Runs a waiting call on a thread of its own; cancelling the returned future interrupts it
+     * (which ends a server-side wait), and a lease granted after the cancellation is closed.
+     */
+    <T> CompletableFuture<T> async(Interruptible<T> task) {
+        checkOpen();
+        CompletableFuture<T> result = new CompletableFuture<>();
+        java.util.concurrent.Future<?> running = asyncWaits.submit(() -> {
+            try {
+                T value = task.run();
+                if (!result.complete(value) && value instanceof AutoCloseable) {
+                    // Cancelled while the grant came in: the grant is released here, by a
+                    // thread whose interrupt (the cancellation) must not stop the release.
+                    Thread.interrupted();
+                    ((AutoCloseable) value).close();
+                }
+            } catch (InterruptedException e) {
+                result.cancel(false);
+            } catch (Throwable e) {
+                result.completeExceptionally(e);
+            }
+        });
+        result.whenComplete((value, error) -> {
+            if (result.isCancelled()) {
+                running.cancel(true);
+            }
+        });
+        return result;
+    }
+
+    /** @return the settings */
+    public DLockConfig config() {
+        return config;
+    }
+
+    /** @return the transport */
+    public Transport transport() {
+        return transport;
+    }
+
+    Watchdog watchdog() {
+        return watchdog;
+    }
+
+    /** @return how many holds the watchdog watches now */
+    public int watchedHolds() {
+        return watchdog.size();
+    }
+
+    /**
+     * An exclusive, re-entrant lock ({@code DLOCK.ACQUIRE}).
+     *
+     * @param key the lock's key
+     * @return the lock (cheap: no command is sent)
+     */
+    public DLock getLock(String key) {
+        return new DLockImpl(this, List.of(key), false, false, 0, 0, new ThreadOwners());
+    }
+
+    /**
+     * A fair lock ({@code DLOCK.FAIR}): a {@code tryLock()} that fails keeps a reservation in the
+     * queue for a caller that comes back under the same owner.
+     *
+     * @param key the lock's key
+     * @return the lock
+     */
+    public DLock getFairLock(String key) {
+        return new DLockImpl(this, List.of(key), true, false, 0, 0, new ThreadOwners());
+    }
+
+    /**
+     * A read-write lock: shared holds are read locks, exclusive holds write locks. A thread that
+     * holds one side and takes the other uses the same owner (an upgrade or a downgrade).
+     *
+     * @param key the lock's key
+     * @return the lock
+     */
+    public DReadWriteLock getReadWriteLock(String key) {
+        return new DReadWriteLock(this, key);
+    }
+
+    /**
+     * A semaphore of {@code permits} permits (shared holds with {@code LIMIT}); each permit has its
+     * own lease, so a crashed holder's permit comes back when its lease ends.
+     *
+     * @param key the semaphore's key
+     * @param permits the most holders at once; every user of the key must pass the same number
+     * @return the semaphore
+     */
+    public DSemaphore getSemaphore(String key, long permits) {
+        return new DSemaphore(this, key, permits);
+    }
+
+    /**
+     * Several locks taken in one atomic step ({@code DLOCK.MACQUIRE}); in a Cluster the keys must
+     * share a slot (use a hash tag).
+     *
+     * @param keys the keys, at least one, distinct
+     * @return the multi-lock
+     */
+    public DLock getMultiLock(String... keys) {
+        if (keys.length == 0) {
+            throw new IllegalArgumentException("at least one key");
+        }
+        return new DLockImpl(this, Arrays.asList(keys), false, false, 0, 0, new ThreadOwners());
+    }
+
+    /**
+     * A count-down latch ({@code DLOCK.LATCH}, {@code DLOCK.COUNTDOWN}, {@code DLOCK.AWAIT}).
+     *
+     * @param key the latch's key
+     * @return the latch
+     */
+    public DCountDownLatch getCountDownLatch(String key) {
+        return new DCountDownLatch(this, key);
+    }
+
+    /**
+     * A leader election on one key ({@code DLOCK.WATCH} for observers).
+     *
+     * @param key the election's key
+     * @return the election
+     */
+    public DElection getElection(String key) {
+        return new DElection(this, key);
+    }
+
+    /** Stops the watchdog (live holds are reported lost) and closes the transport. Idempotent. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        asyncWaits.shutdownNow();
+        watchdog.close();
+        transport.close();
+    }
+
+    void checkOpen() {
+        if (closed) {
+            throw new IllegalStateException("the DLockClient is closed");
+        }
+    }
+
+    static String newOwner() {
+        return UUID.randomUUID().toString();
+    }
+
+    // ---- acquisition ---------------------------------------------------------------------
+
+    /** Waits for an immediate command's reply, uninterruptibly (it answers at once). */
+    Object await(CompletableFuture<Object> reply) {
+        boolean interrupted = false;
+        try {
+            long end = System.nanoTime() + RESPONSE_TIMEOUT.toNanos();
+            while (true) {
+                try {
+                    return reply.get(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                } catch (ExecutionException e) {
+                    throw unwrap(e.getCause());
+                } catch (TimeoutException e) {
+                    throw new DLockTimeoutException("no reply within " + RESPONSE_TIMEOUT.toMillis() + " ms");
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    static RuntimeException unwrap(Throwable cause) {
+        while ((cause instanceof java.util.concurrent.CompletionException
+                        || cause instanceof ExecutionException)
+                && cause.getCause() != null) {
+            cause = cause.getCause();
+        }
+        if (cause instanceof RuntimeException) {
+            return (RuntimeException) cause;
+        }
+        return new DLockConnectionException(String.valueOf(cause), cause);
+    }
+
+    /**
+     * Acquires once.
+     *
+     * @param request what to acquire
+     * @param owner the owner on the wire
+     * @param generatedOwner true when {@code owner} is this request's alone (a blind release of it
+     *     after a cancelled wait is then safe)
+     * @param waitNanos {@code 0}: no wait; negative: wait forever; otherwise the wait
+     * @param interruptible whether an interrupt ends the wait (then InterruptedException)
+     * @return the hold, or null when not granted
+     */
+    Hold acquire(Request request, String owner, boolean generatedOwner, long waitNanos,
+            boolean interruptible) throws InterruptedException {
+        checkOpen();
+        if (interruptible && Thread.interrupted()) {
+            throw new InterruptedException();
+        }
+        if (waitNanos == 0) {
+            try {
+                transport.prepare(request.routingKey());
+            } catch (RuntimeException e) {
+                throw unwrap(e);
+            }
+            long sent = System.nanoTime();
+            CompletableFuture<Object> reply =
+                    transport.call(request.routingKey(), request.acquireArgs(owner, -1));
+            Object value;
+            try {
+                value = await(reply);
+            } catch (DLockTimeoutException e) {
+                if (generatedOwner) {
+                    reply.thenAccept(late -> {
+                        if (late != null) {
+                            releaseQuietly(request, owner);
+                        }
+                    });
+                }
+                throw e;
+            } catch (DLockConnectionException e) {
+                // No answer: it may have been granted. A generated owner holds nothing else, so
+                // one release of it settles that (R5.3).
+                if (generatedOwner) {
+                    releaseQuietly(request, owner);
+                }
+                throw e;
+            }
+            return granted(request, owner, value, sent, false);
+        }
+        if (!request.fair) {
+            // A free lock is granted on the shared connection at once; only a lock that is held
+            // needs a connection of its own to wait on. (Not for DLOCK.FAIR, whose failed try
+            // leaves a reservation.) A null reply leaves nothing behind, so the wait that follows
+            // joins the queue exactly as a direct BLOCK would.
+            Hold now = acquire(request, owner, generatedOwner, 0, interruptible);
+            if (now != null) {
+                return now;
+            }
+        }
+        long blockMs = waitNanos < 0 ? 0 : Math.max(1, (waitNanos + 999_999) / 1_000_000);
+        byte[] routingKey = request.routingKey();
+        BlockingConnection connection = transport.openBlocking(routingKey);
+        long sent = System.nanoTime();
+        CompletableFuture<Object> reply;
+        try {
+            reply = connection.send(request.acquireArgs(owner, blockMs));
+        } catch (RuntimeException e) {
+            connection.discard();
+            throw e;
+        }
+        Object value;
+        try {
+            value = awaitBlocking(connection, reply, blockMs, interruptible, routingKey,
+                () -> {
+                    if (generatedOwner) {
+                        awaitNotQueued(request, owner);
+                        releaseQuietly(request, owner);
+                    }
+                },
+                late -> {
+                    if (late != null && !generatedOwner) {
+                        releaseQuietly(request, owner);
+                    }
+                });
+        } catch (DLockConnectionException e) {
+            if (generatedOwner) {
+                awaitNotQueued(request, owner);
+                releaseQuietly(request, owner);
+            }
+            throw e;
+        }
+        long received = System.nanoTime();
+        Hold hold = granted(request, owner, value, sent, true);
+        if (hold != null) {
+            hold.grantedAfterWait(received, request.leaseMs);
+        }
+        return hold;
+    }
+
+    /**
+     * Waits for a blocking command's reply. On interrupt (when interruptible) or timeout the wait
+     * is ended in the server with {@code CLIENT UNBLOCK}, its reply is awaited briefly (else the
+     * connection is closed), then {@code settle} runs; a reply read after the unblock goes to
+     * {@code lateReply}.
+     */
+    Object awaitBlocking(BlockingConnection connection, CompletableFuture<Object> reply, long blockMs,
+            boolean interruptible, byte[] routingKey, Runnable settle,
+            java.util.function.Consumer<Object> lateReply) throws InterruptedException {
+        long limit = blockMs == 0 ? Long.MAX_VALUE
+                : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(blockMs) + config.waitMargin().toNanos();
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    Object value = blockMs == 0 ? reply.get()
+                            : reply.get(Math.max(0, limit - System.nanoTime()), TimeUnit.NANOSECONDS);
+                    connection.recycle();
+                    return value;
+                } catch (InterruptedException e) {
+                    if (interruptible) {
+                        abandon(connection, reply, routingKey, settle, lateReply);
+                        throw e;
+                    }
+                    interrupted = true;
+                } catch (TimeoutException e) {
+                    abandon(connection, reply, routingKey, settle, lateReply);
+                    throw new DLockTimeoutException("no reply within the wait plus " + config.waitMargin().toMillis() + " ms");
+                } catch (ExecutionException e) {
+                    connection.discard();
+                    throw unwrap(e.getCause());
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /** Ends a wait early: no waiter stays in the server's queue, no grant is left behind. */
+    private void abandon(BlockingConnection connection, CompletableFuture<Object> reply,
+            byte[] routingKey, Runnable settle, java.util.function.Consumer<Object> lateReply) {
+        boolean wasInterrupted = Thread.interrupted();
+        try {
+            try {
+                transport.call(routingKey, Commands.CLIENT, Commands.UNBLOCK, Bytes.of(connection.clientId()))
+                        .get(2, TimeUnit.SECONDS);
+            } catch (Exception e) {
+                // The connection is closed below if its reply does not come.
+            }
+            try {
+                Object late = reply.get(1, TimeUnit.SECONDS);
+                connection.recycle();
+                lateReply.accept(late);
+            } catch (ExecutionException e) {
+                connection.discard();
+            } catch (Exception e) {
+                // Redis 7.0 can drop the reply of a waiter granted in the turn of the unblock;
+                // closing the connection removes any waiter still there.
+                connection.discard();
+            }
+            // After the unblock the server can no longer grant this wait: releasing a generated
+            // owner settles a grant that raced the cancellation, read or not.
+            settle.run();
+        } finally {
+            if (wasInterrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /** Turns a grant reply into a watched hold; null for a null reply. */
+    Hold granted(Request request, String owner, Object reply, long sentNanos, boolean afterWait) {
+        if (reply == null) {
+            return null;
+        }
+        List<Object> grants;
+        if (request.multi()) {
+            grants = Bytes.asList(reply, "DLOCK.MACQUIRE");
+        } else {
+            grants = List.of(reply);
+        }
+        if (grants.size() != request.keys.size()) {
+            throw new DLockException("expected " + request.keys.size() + " grants, got " + grants.size());
+        }
+        long[] tokens = new long[grants.size()];
+        int holds = 0;
+        for (int i = 0; i < grants.size(); i++) {
+            List<Object> grant = Bytes.asList(grants.get(i), "a grant");
+            tokens[i] = Bytes.asLong(grant.get(0), "a grant's token");
+            if (i == 0) {
+                holds = (int) Bytes.asLong(grant.get(1), "a grant's hold count");
+            }
+        }
+        Hold hold = new Hold(this, request.keys, owner, tokens, holds, request.shared,
+                request.leaseMs, request.renewed);
+        if (!afterWait) {
+            hold.confirmed(sentNanos, request.leaseMs);
+        }
+        return hold;
+    }
+
+    /** Starts watching a hold (after the caller recorded it). */
+    void watch(Hold hold) {
+        watchdog.watch(hold);
+    }
+
+    /**
+     * Releases one hold of {@code owner} on each key of the request.
+     *
+     * @return the holds the owner has left on the first key (in both modes)
+     */
+    long release(List<String> keys, String owner, boolean shared) {
+        List<Transport.Command> commands = new ArrayList<>(keys.size());
+        for (String key : keys) {
+            byte[] k = Bytes.of(key);
+            byte[][] args = shared
+                    ? new byte[][] {Commands.RELEASE, k, Bytes.of(owner), Commands.SHARED}
+                    : new byte[][] {Commands.RELEASE, k, Bytes.of(owner)};
+            commands.add(new Transport.Command(k, args));
+        }
+        List<CompletableFuture<Object>> replies = transport.callAll(commands);
+        long left = -1;
+        RuntimeException failure = null;
+        for (int i = 0; i < replies.size(); i++) {
+            try {
+                long n = Bytes.asLong(await(replies.get(i)), "DLOCK.RELEASE");
+                if (i == 0) {
+                    left = n;
+                }
+            } catch (RuntimeException e) {
+                if (failure == null) {
+                    failure = e;
+                }
+            }
+        }
+        if (failure != null) {
+            throw failure;
+        }
+        return left;
+    }
+
+    /**
+     * After a wait's connection was closed, the server drops the waiter when it sees the close:
+     * look with DLOCK.INFO (up to 2 s) until the owner is no longer queued, so that a release sent
+     * then comes after any grant of that wait (R4.4).
+     */
+    void awaitNotQueued(Request request, String owner) {
+        byte[] key = request.routingKey();
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+        while (System.nanoTime() < end) {
+            try {
+                java.util.Map<String, Object> info = Info.of(await(transport.call(key, Commands.INFO, key)));
+                Object queue = info == null ? null : info.get("queue");
+                boolean queued = false;
+                if (queue instanceof List) {
+                    for (Object entry : (List<?>) queue) {
+                        queued |= owner.equals(Bytes.str(entry));
+                    }
+                }
+                if (!queued) {
+                    return;
+                }
+                Thread.sleep(2);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            } catch (RuntimeException e) {
+                return;
+            }
+        }
+    }
+
+    void releaseQuietly(Request request, String owner) {
+        try {
+            release(request.keys, owner, request.shared);
+        } catch (RuntimeException e) {
+            // NOTOWNER: nothing was held; anything else: the lease ends on its own.
+        }
+    }
+
+    /**
+     * Renews every key of a hold to {@code ttl} from now.
+     *
+     * @return false when the hold turned out lost (or was released)
+     */
+    boolean renewNow(Hold hold, long ttl) {
+        if (!hold.isLive()) {
+            return false;
+        }
+        List<Transport.Command> commands = new ArrayList<>();
+        for (byte[] key : hold.keyBytes) {
+            commands.add(new Transport.Command(key, new byte[][] {Commands.RENEW, key, Bytes.of(hold.owner), Bytes.of(ttl)}));
+        }
+        long sent = System.nanoTime();
+        List<CompletableFuture<Object>> replies = transport.callAll(commands);
+        for (int i = 0; i < replies.size(); i++) {
+            Object reply;
+            try {
+                reply = await(replies.get(i));
+            } catch (NotOwnerException e) {
+                hold.markLost(LostReason.NOT_OWNER);
+                return false;
+            } catch (WrongTypeException e) {
+                hold.markLost(LostReason.WRONG_TYPE);
+                return false;
+            }
+            if (!(reply instanceof Long) || (Long) reply != hold.token(i)) {
+                hold.markLost(reply == null ? LostReason.NOT_OWNER : LostReason.TOKEN_CHANGED);
+                return false;
+            }
+        }
+        hold.confirmed(sent, ttl);
+        return true;
+    }
+
+    /** Releases a hold: once; a lost hold's release is still sent and reports nothing. */
+    long release(Hold hold) {
+        if (!hold.markReleased()) {
+            return 0;
+        }
+        boolean wasLost = hold.isLost();
+        try {
+            return release(hold.keys, hold.owner, hold.shared);
+        } catch (RuntimeException e) {
+            if (wasLost) {
+                // Sent in case the server kept the hold; a lost hold's release reports nothing.
+                return 0;
+            }
+            if (e instanceof NotOwnerException) {
+                hold.lostAtRelease(LostReason.NOT_OWNER);
+            } else if (e instanceof WrongTypeException) {
+                hold.lostAtRelease(LostReason.WRONG_TYPE);
+            }
+            throw e;
+        }
+    }
+}

@@ -1,0 +1,75 @@
+package dev.dlock;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * How the client reaches Redis: a multiplexed call for commands that answer at once, and
+ * connections of their own for commands that block in the server.
+ *
+ * <p>Replies are decoded as {@link Long} (integer), {@code byte[]} (bulk or simple string),
+ * {@link List} of replies (array), or {@code null}. An error reply completes the future
+ * exceptionally with a {@link DLockServerException} (see {@link DLockServerException#of});
+ * a connection failure with a {@link DLockConnectionException}.
+ *
+ * <p>A transport must never re-send a command on its own (after a reconnect, for example):
+ * {@code DLOCK.ACQUIRE}, {@code DLOCK.FAIR}, {@code DLOCK.MACQUIRE}, {@code DLOCK.RELEASE} and
+ * {@code DLOCK.COUNTDOWN} are not idempotent.
+ */
+public interface Transport extends AutoCloseable {
+
+    /**
+     * Sends one command on the shared, multiplexed connection.
+     *
+     * @param routingKey the key that decides the node in a Cluster
+     * @param args the command name and its arguments
+     * @return the reply
+     */
+    CompletableFuture<Object> call(byte[] routingKey, byte[]... args);
+
+    /**
+     * Sends several commands together (pipelined where the transport can); each has its own
+     * future, in the order given.
+     *
+     * @param commands each command's routing key and arguments
+     * @return one future per command
+     */
+    default List<CompletableFuture<Object>> callAll(List<Command> commands) {
+        List<CompletableFuture<Object>> replies = new ArrayList<>(commands.size());
+        for (Command command : commands) {
+            replies.add(call(command.routingKey(), command.args()));
+        }
+        return replies;
+    }
+
+    /**
+     * Makes sure the shared connection to the node of {@code routingKey} is open, connecting if
+     * needed, so that the time the client records as a command's send (the start of its lease on
+     * the client's clock) is not taken before a slow connect. A hint: the default does nothing.
+     *
+     * @param routingKey the key that decides the node in a Cluster
+     */
+    default void prepare(byte[] routingKey) {}
+
+    /**
+     * Opens (or takes from a pool) a connection reserved for one blocking command, on the node
+     * that serves {@code routingKey}. Blocks the calling thread while connecting.
+     *
+     * @param routingKey the key that decides the node in a Cluster
+     * @return a connection whose {@link BlockingConnection#clientId()} is known
+     */
+    BlockingConnection openBlocking(byte[] routingKey);
+
+    /** Closes every connection this transport opened. */
+    @Override
+    void close();
+
+    /**
+     * One command of a {@link #callAll} batch.
+     *
+     * @param routingKey the key that decides the node in a Cluster
+     * @param args the command name and its arguments
+     */
+    record Command(byte[] routingKey, byte[][] args) {}
+}

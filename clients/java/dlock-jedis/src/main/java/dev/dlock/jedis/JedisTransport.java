@@ -1,0 +1,224 @@
+package dev.dlock.jedis;
+
+import dev.dlock.BlockingConnection;
+import dev.dlock.DLockConnectionException;
+import dev.dlock.DLockServerException;
+import dev.dlock.Transport;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import redis.clients.jedis.Connection;
+import redis.clients.jedis.Jedis;
+import redis.clients.jedis.JedisPool;
+import redis.clients.jedis.Pipeline;
+import redis.clients.jedis.Response;
+import redis.clients.jedis.commands.ProtocolCommand;
+import redis.clients.jedis.exceptions.JedisDataException;
+
+/**
+ * dlock over Jedis (5+) on one server, through the application's {@link JedisPool} (TLS, auth
+ * and timeouts as configured there). Jedis never re-sends a command. Each command borrows a
+ * connection for its round trip on a small thread pool (Jedis is synchronous); renewals that fall
+ * due together go as one {@link Pipeline}; a blocking wait holds a pooled connection of its own
+ * with an infinite socket timeout (the client bounds the wait itself, and closes the connection
+ * to end it).
+ */
+@SuppressWarnings("deprecation") // JedisPool: deprecated in Jedis 7 but what most applications have
+public final class JedisTransport implements Transport {
+    private final JedisPool pool;
+    private final boolean ownsPool;
+    private final ExecutorService calls;
+    private final ExecutorService waits;
+
+    private JedisTransport(JedisPool pool, boolean ownsPool, int threads) {
+        this.pool = pool;
+        this.ownsPool = ownsPool;
+        this.calls = Executors.newFixedThreadPool(threads, daemon("dlock-jedis-call"));
+        this.waits = Executors.newCachedThreadPool(daemon("dlock-jedis-wait"));
+    }
+
+    /**
+     * @param pool the application's pool (left open by {@link #close()})
+     * @return the transport
+     */
+    public static JedisTransport create(JedisPool pool) {
+        return new JedisTransport(pool, false, 4);
+    }
+
+    /**
+     * @param host the server's host
+     * @param port its port
+     * @return a transport with a pool of its own
+     */
+    public static JedisTransport create(String host, int port) {
+        return new JedisTransport(new JedisPool(host, port), true, 4);
+    }
+
+    private static ThreadFactory daemon(String name) {
+        AtomicInteger n = new AtomicInteger();
+        return task -> {
+            Thread thread = new Thread(task, name + "-" + n.incrementAndGet());
+            thread.setDaemon(true);
+            return thread;
+        };
+    }
+
+    /** A module command name Jedis does not know. */
+    private static final class Raw implements ProtocolCommand {
+        private final byte[] name;
+
+        Raw(byte[] name) {
+            this.name = name;
+        }
+
+        @Override
+        public byte[] getRaw() {
+            return name;
+        }
+    }
+
+    private static byte[][] rest(byte[][] args) {
+        byte[][] out = new byte[args.length - 1][];
+        System.arraycopy(args, 1, out, 0, out.length);
+        return out;
+    }
+
+    static RuntimeException translate(Throwable error) {
+        if (error instanceof JedisDataException) {
+            return DLockServerException.of(error.getMessage());
+        }
+        if (error instanceof DLockServerException || error instanceof DLockConnectionException) {
+            return (RuntimeException) error;
+        }
+        return new DLockConnectionException(String.valueOf(error.getMessage()), error);
+    }
+
+    @Override
+    public CompletableFuture<Object> call(byte[] routingKey, byte[]... args) {
+        CompletableFuture<Object> reply = new CompletableFuture<>();
+        try {
+            calls.execute(() -> {
+                try (Jedis jedis = pool.getResource()) {
+                    reply.complete(jedis.sendCommand(new Raw(args[0]), rest(args)));
+                } catch (Throwable e) {
+                    reply.completeExceptionally(translate(e));
+                }
+            });
+        } catch (RuntimeException e) {
+            reply.completeExceptionally(translate(e));
+        }
+        return reply;
+    }
+
+    @Override
+    public List<CompletableFuture<Object>> callAll(List<Command> commands) {
+        List<CompletableFuture<Object>> replies = new ArrayList<>(commands.size());
+        for (int i = 0; i < commands.size(); i++) {
+            replies.add(new CompletableFuture<>());
+        }
+        calls.execute(() -> {
+            try (Jedis jedis = pool.getResource()) {
+                List<Response<Object>> responses = new ArrayList<>(commands.size());
+                try (Pipeline pipeline = jedis.pipelined()) {
+                    for (Command command : commands) {
+                        responses.add(pipeline.sendCommand(new Raw(command.args()[0]), rest(command.args())));
+                    }
+                    pipeline.sync();
+                }
+                for (int i = 0; i < responses.size(); i++) {
+                    try {
+                        replies.get(i).complete(responses.get(i).get());
+                    } catch (Throwable e) {
+                        replies.get(i).completeExceptionally(translate(e));
+                    }
+                }
+            } catch (Throwable e) {
+                for (CompletableFuture<Object> reply : replies) {
+                    reply.completeExceptionally(translate(e));
+                }
+            }
+        });
+        return replies;
+    }
+
+    @Override
+    public BlockingConnection openBlocking(byte[] routingKey) {
+        Jedis jedis;
+        try {
+            jedis = pool.getResource();
+        } catch (RuntimeException e) {
+            throw translate(e);
+        }
+        try {
+            return new Dedicated(jedis, jedis.clientId());
+        } catch (RuntimeException e) {
+            jedis.getConnection().setBroken();
+            jedis.close();
+            throw translate(e);
+        }
+    }
+
+    private final class Dedicated implements BlockingConnection {
+        private final Jedis jedis;
+        private final long id;
+        private final AtomicBoolean done = new AtomicBoolean();
+
+        Dedicated(Jedis jedis, long id) {
+            this.jedis = jedis;
+            this.id = id;
+        }
+
+        @Override
+        public long clientId() {
+            return id;
+        }
+
+        @Override
+        public CompletableFuture<Object> send(byte[]... args) {
+            CompletableFuture<Object> reply = new CompletableFuture<>();
+            waits.execute(() -> {
+                Connection connection = jedis.getConnection();
+                try {
+                    connection.setTimeoutInfinite();
+                    Object value = jedis.sendCommand(new Raw(args[0]), rest(args));
+                    connection.rollbackTimeout();
+                    reply.complete(value);
+                } catch (Throwable e) {
+                    reply.completeExceptionally(translate(e));
+                }
+            });
+            return reply;
+        }
+
+        @Override
+        public void recycle() {
+            if (done.compareAndSet(false, true)) {
+                jedis.close();
+            }
+        }
+
+        @Override
+        public void discard() {
+            if (done.compareAndSet(false, true)) {
+                Connection connection = jedis.getConnection();
+                connection.setBroken();
+                connection.disconnect();
+                jedis.close();
+            }
+        }
+    }
+
+    @Override
+    public void close() {
+        calls.shutdown();
+        waits.shutdownNow();
+        if (ownsPool) {
+            pool.close();
+        }
+    }
+}

@@ -1,0 +1,709 @@
+package dev.dlock.testkit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.dlock.DCountDownLatch;
+import dev.dlock.DLock;
+import dev.dlock.DLockClient;
+import dev.dlock.DLockConfig;
+import dev.dlock.DReadWriteLock;
+import dev.dlock.DSemaphore;
+import dev.dlock.DeadlockException;
+import dev.dlock.LatchBrokenException;
+import dev.dlock.Lease;
+import dev.dlock.LockBusyException;
+import dev.dlock.LockLostException;
+import dev.dlock.LostReason;
+import dev.dlock.Transport;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+import java.util.UUID;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assertions;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInfo;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * The rules every transport must keep, run against a real server: a transport module subclasses
+ * this once per server kind and says how to build its transport.
+ */
+@ExtendWith(Servers.class)
+public abstract class LockContractTests {
+    /** The server of this run. */
+    protected RedisServer server;
+    /** A client with the default settings. */
+    protected DLockClient dlock;
+    /** A fresh key per test. */
+    protected String key;
+    private final List<AutoCloseable> closeables = new ArrayList<>();
+
+    /** @return which server this class runs against */
+    protected abstract RedisServer.Kind kind();
+
+    /**
+     * @param server the server
+     * @return a new transport to it
+     */
+    protected abstract Transport transport(RedisServer server);
+
+    /**
+     * @param config the settings
+     * @return a new client (closed after the test)
+     */
+    protected DLockClient client(DLockConfig config) {
+        DLockClient client = new DLockClient(transport(server), config);
+        closeables.add(client);
+        return client;
+    }
+
+    @BeforeEach
+    void setUp(TestInfo info) {
+        server = Servers.get(kind());
+        dlock = client(DLockConfig.defaults());
+        key = "java:" + info.getTestMethod().map(m -> m.getName()).orElse("t") + ":" + UUID.randomUUID();
+    }
+
+    @AfterEach
+    void tearDown() throws Exception {
+        for (AutoCloseable c : closeables) {
+            c.close();
+        }
+        closeables.clear();
+    }
+
+    /** Runs {@code body} on a new thread and waits for it. */
+    protected static <T> T onOtherThread(java.util.concurrent.Callable<T> body) throws Exception {
+        CompletableFuture<T> result = new CompletableFuture<>();
+        Thread thread = new Thread(() -> {
+            try {
+                result.complete(body.call());
+            } catch (Throwable e) {
+                result.completeExceptionally(e);
+            }
+        });
+        thread.start();
+        try {
+            return result.get(20, TimeUnit.SECONDS);
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof Exception) {
+                throw (Exception) e.getCause();
+            }
+            throw e;
+        }
+    }
+
+    // ---- the thread facade ------------------------------------------------------------------
+
+    @Test
+    void lockUnlockShowsInTheServerWithAUuidOwnerAndAToken() {
+        DLock lock = dlock.getLock(key);
+        lock.lock();
+        LockInfo info = LockInfo.of(server, key);
+        assertNotNull(info);
+        assertEquals(1, info.holds());
+        assertEquals(info.token(), lock.getToken());
+        assertEquals(info.owner(), UUID.fromString(info.owner()).toString(), "the owner is a UUID");
+        assertTrue(lock.isLocked());
+        assertTrue(lock.isHeldByCurrentThread());
+        lock.unlock();
+        assertNull(LockInfo.of(server, key), "the key is gone after the last unlock");
+        assertFalse(lock.isLocked());
+        assertFalse(lock.isHeldByCurrentThread());
+    }
+
+    @Test
+    void reentryIsCountedInTheServerUnderOneOwner() {
+        DLock lock = dlock.getLock(key);
+        lock.lock();
+        String owner = LockInfo.of(server, key).owner();
+        long token = lock.getToken();
+        assertTrue(lock.tryLock());
+        assertEquals(2, lock.getHoldCount());
+        LockInfo info = LockInfo.of(server, key);
+        assertEquals(2, info.holds());
+        assertEquals(owner, info.owner());
+        assertEquals(token, info.token());
+        lock.unlock();
+        assertEquals(1, LockInfo.of(server, key).holds());
+        assertEquals(1, lock.getHoldCount());
+        lock.unlock();
+        assertNull(LockInfo.of(server, key));
+        assertEquals(0, lock.getHoldCount());
+    }
+
+    @Test
+    void eachAcquisitionHasANewOwnerAndAHigherToken() {
+        DLock lock = dlock.getLock(key);
+        lock.lock();
+        String first = LockInfo.of(server, key).owner();
+        long firstToken = lock.getToken();
+        lock.unlock();
+        lock.lock();
+        assertNotEquals(first, LockInfo.of(server, key).owner());
+        assertTrue(lock.getToken() > firstToken);
+        lock.unlock();
+    }
+
+    @Test
+    void unlockFromAnotherThreadThrowsAndLeavesTheHold() throws Exception {
+        DLock lock = dlock.getLock(key);
+        lock.lock();
+        Exception thrown = onOtherThread(() -> {
+            try {
+                lock.unlock();
+                return null;
+            } catch (IllegalMonitorStateException e) {
+                return e;
+            }
+        });
+        assertNotNull(thrown);
+        assertFalse(thrown instanceof LockLostException, "a non-holder's unlock is not a lost lock");
+        assertEquals(1, LockInfo.of(server, key).holds());
+        assertFalse(onOtherThread(() -> lock.isHeldByCurrentThread()));
+        lock.unlock();
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+    }
+
+    @Test
+    void otherThreadsWaitAndAreHandedTheLock() throws Exception {
+        DLock lock = dlock.getLock(key);
+        lock.lock();
+        assertFalse(onOtherThread(() -> lock.tryLock()));
+        AtomicLong token = new AtomicLong();
+        Thread waiter = new Thread(() -> {
+            lock.lock();
+            token.set(lock.getToken());
+            lock.unlock();
+        });
+        waiter.start();
+        Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+        long mine = lock.getToken();
+        lock.unlock();
+        waiter.join(10_000);
+        assertFalse(waiter.isAlive());
+        assertTrue(token.get() > mine, "the waiter got a new, higher token");
+        assertNull(LockInfo.of(server, key));
+    }
+
+    @Test
+    void tryLockWithAWaitTimesOutAndLeavesNoWaiter() throws Exception {
+        DLock lock = dlock.getLock(key);
+        lock.lock();
+        long start = System.nanoTime();
+        boolean got = onOtherThread(() -> lock.tryLock(150, TimeUnit.MILLISECONDS));
+        assertFalse(got);
+        assertTrue(System.nanoTime() - start >= TimeUnit.MILLISECONDS.toNanos(150));
+        assertEquals(0, LockInfo.of(server, key).waiting());
+        lock.unlock();
+    }
+
+    @Test
+    void interruptDuringLockInterruptiblyLeavesNoWaiterAndNoHold() throws Exception {
+        DLock lock = dlock.getLock(key);
+        lock.lock();
+        AtomicReference<Throwable> outcome = new AtomicReference<>();
+        Thread waiter = new Thread(() -> {
+            try {
+                lock.lockInterruptibly();
+                outcome.set(new AssertionError("granted"));
+            } catch (Throwable e) {
+                outcome.set(e);
+            }
+        });
+        waiter.start();
+        Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+        waiter.interrupt();
+        waiter.join(10_000);
+        assertTrue(outcome.get() instanceof InterruptedException, String.valueOf(outcome.get()));
+        LockInfo info = LockInfo.of(server, key);
+        assertEquals(0, info.waiting(), "no waiter left in the queue");
+        assertEquals(1, info.holders().size(), "no hold but ours");
+        lock.unlock();
+        assertNull(LockInfo.of(server, key), "nothing left behind");
+    }
+
+    @Test
+    void theWatchdogKeepsAShortLeaseAlive() throws Exception {
+        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(600)).build());
+        DLock lock = client.getLock(key);
+        lock.lock();
+        long token = lock.getToken();
+        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(2000);
+        while (System.nanoTime() < end) {
+            LockInfo info = LockInfo.of(server, key);
+            if (info == null) {
+                CompletableFuture<LostReason> lost = lock.lostByCurrentThread().toCompletableFuture();
+                Assertions.fail("the lease must not end while renewed (lost: " + (lost.isDone() ? lost.join() : "no") + ")");
+            }
+            assertEquals(token, info.token());
+            Thread.sleep(20);
+        }
+        assertTrue(lock.isHeldByCurrentThread());
+        lock.unlock();
+        assertNull(LockInfo.of(server, key));
+    }
+
+    @Test
+    void aDeletedLockIsReportedLostAndItsUnlockThrowsLockLost() throws Exception {
+        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(300)).build());
+        DLock lock = client.getLock(key);
+        lock.lock();
+        CompletableFuture<LostReason> lost = lock.lostByCurrentThread().toCompletableFuture();
+        server.call("DEL", key);
+        assertEquals(LostReason.NOT_OWNER, lost.get(5, TimeUnit.SECONDS));
+        assertFalse(lock.isHeldByCurrentThread());
+        LockLostException e = assertThrows(LockLostException.class, lock::unlock);
+        assertEquals(LostReason.NOT_OWNER, e.reason());
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+    }
+
+    @Test
+    void aFixedLeaseIsNotRenewedAndEndsAsLost() throws Exception {
+        DLock lock = dlock.getLock(key);
+        lock.lock(200, TimeUnit.MILLISECONDS);
+        CompletableFuture<LostReason> lost = lock.lostByCurrentThread().toCompletableFuture();
+        long start = System.nanoTime();
+        LostReason reason = lost.get(5, TimeUnit.SECONDS);
+        assertEquals(LostReason.DEADLINE, reason);
+        assertTrue(System.nanoTime() - start < TimeUnit.MILLISECONDS.toNanos(200), "reported before the server's lease ends");
+        Poll.until("the server's lease to end", () -> LockInfo.of(server, key) == null);
+        assertThrows(LockLostException.class, lock::unlock);
+    }
+
+    @Test
+    void aKilledServerIsReportedLostBeforeTheLeaseEnds() throws Exception {
+        RedisServer own = RedisServer.start(kind());
+        try {
+            DLockClient client = new DLockClient(transport(own),
+                    DLockConfig.builder().defaultLease(Duration.ofMillis(1000)).build());
+            closeables.add(client);
+            // Connect first: the lease below must measure the lost signal, not the first connect.
+            client.getLock(key + ":warm-up").tryAcquire().ifPresent(Lease::close);
+            long sent = System.nanoTime();
+            Lease lease = client.getLock(key).acquire(Duration.ZERO);
+            own.kill();
+            LostReason reason = lease.lost().toCompletableFuture().get(5, TimeUnit.SECONDS);
+            long elapsed = System.nanoTime() - sent;
+            assertEquals(LostReason.DEADLINE, reason);
+            assertTrue(elapsed < TimeUnit.MILLISECONDS.toNanos(1000), "lost within the lease: " + elapsed / 1_000_000 + " ms");
+            assertFalse(lease.isValid());
+        } finally {
+            own.close();
+        }
+    }
+
+    // ---- the handle API -----------------------------------------------------------------------
+
+    @Test
+    void leasesAreReleasedByTryWithResourcesAndCloseIsIdempotent() throws Exception {
+        DLock lock = dlock.getLock(key);
+        Lease kept;
+        try (Lease lease = lock.acquire(Duration.ofSeconds(1))) {
+            kept = lease;
+            assertTrue(lease.isValid());
+            LockInfo info = LockInfo.of(server, key);
+            assertEquals(lease.owner(), info.owner());
+            assertEquals(lease.token(), info.token());
+            assertTrue(lock.tryAcquire().isEmpty(), "a second lease has another owner: no re-entry");
+        }
+        assertFalse(kept.isValid());
+        assertNull(LockInfo.of(server, key));
+        kept.close();
+        assertFalse(kept.lost().toCompletableFuture().isDone(), "a closed lease is not lost");
+    }
+
+    @Test
+    void aReleaseAnsweredNotOwnerFailsAndLeavesTheLeaseLost() throws Exception {
+        Lease lease = dlock.getLock(key).acquire(Duration.ZERO);
+        server.call("DEL", key);
+        assertThrows(dev.dlock.NotOwnerException.class, lease::close);
+        assertEquals(LostReason.NOT_OWNER, lease.lost().toCompletableFuture().get(1, TimeUnit.SECONDS));
+        assertFalse(lease.isValid());
+        lease.close();
+        assertThrows(LockLostException.class, () -> lease.renew(Duration.ofSeconds(1)));
+    }
+
+    @Test
+    void leasesAreNotTiedToThreads() throws Exception {
+        DLock lock = dlock.getLock(key);
+        Lease lease = onOtherThread(() -> lock.acquire(Duration.ZERO));
+        assertEquals(1, LockInfo.of(server, key).holds());
+        lease.close();
+        assertNull(LockInfo.of(server, key));
+    }
+
+    @Test
+    void acquireThrowsBusyWhenNotGrantedInTime() throws Exception {
+        DLock lock = dlock.getLock(key);
+        try (Lease held = lock.acquire(Duration.ZERO)) {
+            assertThrows(LockBusyException.class, () -> lock.acquire(Duration.ofMillis(100)));
+            assertThrows(LockBusyException.class, () -> lock.acquire(Duration.ZERO));
+            assertEquals(0, LockInfo.of(server, key).waiting());
+            assertEquals(held.token(), LockInfo.of(server, key).token());
+        }
+    }
+
+    @Test
+    void tokensAreExactLongs() throws Exception {
+        DLock lock = dlock.getLock(key);
+        try (Lease lease = lock.acquire(Duration.ZERO)) {
+            assertTrue(lease.token() > 0);
+            assertEquals(LockInfo.of(server, key).token(), lease.token());
+        }
+    }
+
+    @Test
+    void cancellingAnAsyncAcquireLeavesNoWaiterAndNoHold() throws Exception {
+        DLock lock = dlock.getLock(key);
+        try (Lease held = lock.acquire(Duration.ZERO)) {
+            CompletableFuture<Lease> waiting = lock.acquireAsync(Duration.ofSeconds(30));
+            Poll.until("the async waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+            waiting.cancel(true);
+            assertThrows(CancellationException.class, waiting::join);
+            Poll.until("the waiter to leave", () -> LockInfo.of(server, key).waiting() == 0);
+            assertEquals(1, LockInfo.of(server, key).holders().size());
+        }
+        assertNull(LockInfo.of(server, key));
+    }
+
+    @Test
+    void aCancelThatRacesAHandOffLeavesNothing() throws Exception {
+        DLock lock = dlock.getLock(key);
+        for (int round = 0; round < 15; round++) {
+            Lease held = lock.acquire(Duration.ZERO);
+            CompletableFuture<Lease> waiting = lock.acquireAsync(Duration.ofSeconds(10));
+            Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+            held.close();
+            if (!waiting.cancel(true) && !waiting.isCompletedExceptionally()) {
+                waiting.join().close();
+            }
+            int r = round;
+            Poll.until("nothing left after round " + r + ": " + LockInfo.of(server, key), Duration.ofSeconds(3),
+                    () -> LockInfo.of(server, key) == null);
+        }
+    }
+
+    @Test
+    void anAsyncAcquireCompletesOnTheHandOff() throws Exception {
+        DLock lock = dlock.getLock(key);
+        Lease held = lock.acquire(Duration.ZERO);
+        CompletableFuture<Lease> waiting = lock.acquireAsync(Duration.ofSeconds(30));
+        Poll.until("the async waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+        held.close();
+        try (Lease next = waiting.get(10, TimeUnit.SECONDS)) {
+            assertTrue(next.token() > held.token());
+            assertEquals(next.owner(), LockInfo.of(server, key).owner());
+        }
+    }
+
+    @Test
+    void aLeaseGrantedAfterAWaitIsRenewed() throws Exception {
+        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(500)).build());
+        DLock lock = client.getLock(key);
+        Lease first = lock.acquire(Duration.ZERO);
+        CompletableFuture<Lease> waiting = lock.acquireAsync(Duration.ofSeconds(10));
+        Poll.until("the waiter", () -> LockInfo.of(server, key).waiting() == 1);
+        Thread.sleep(600); // longer than a lease: the waiter's own lease starts at the grant
+        first.close();
+        try (Lease second = waiting.get(5, TimeUnit.SECONDS)) {
+            Thread.sleep(1100);
+            assertTrue(second.isValid(), "renewed after a wait longer than its lease: " + second);
+            assertEquals(second.token(), LockInfo.of(server, key).token());
+        }
+    }
+
+    @Test
+    void concurrentHoldersNeverOverlap() throws Exception {
+        DLock lock = dlock.getLock(key);
+        AtomicLong inside = new AtomicLong();
+        AtomicLong lastToken = new AtomicLong();
+        List<Thread> threads = new ArrayList<>();
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        for (int t = 0; t < 6; t++) {
+            Thread thread = new Thread(() -> {
+                try {
+                    for (int i = 0; i < 15; i++) {
+                        lock.lock();
+                        try {
+                            if (inside.incrementAndGet() != 1) {
+                                throw new AssertionError("two holders at once");
+                            }
+                            long token = lock.getToken();
+                            if (token <= lastToken.get()) {
+                                throw new AssertionError("token went backwards");
+                            }
+                            lastToken.set(token);
+                            inside.decrementAndGet();
+                        } finally {
+                            lock.unlock();
+                        }
+                    }
+                } catch (Throwable e) {
+                    failure.compareAndSet(null, e);
+                }
+            });
+            threads.add(thread);
+            thread.start();
+        }
+        for (Thread thread : threads) {
+            thread.join(30_000);
+        }
+        assertNull(failure.get());
+        assertNull(LockInfo.of(server, key));
+    }
+
+    // ---- other primitives ---------------------------------------------------------------------
+
+    @Test
+    void readersShareAndAWriterExcludes() throws Exception {
+        DReadWriteLock rw = dlock.getReadWriteLock(key);
+        rw.readLock().lock();
+        assertTrue(onOtherThread(() -> {
+            boolean got = rw.readLock().tryLock();
+            rw.readLock().unlock();
+            return got;
+        }));
+        assertFalse(onOtherThread(() -> rw.writeLock().tryLock()));
+        assertEquals(1, LockInfo.of(server, key).shared());
+        rw.readLock().unlock();
+        assertTrue(onOtherThread(() -> {
+            boolean got = rw.writeLock().tryLock();
+            rw.writeLock().unlock();
+            return got;
+        }));
+    }
+
+    @Test
+    void theOnlyReaderUpgradesAndAWriterDowngrades() throws Exception {
+        DReadWriteLock rw = dlock.getReadWriteLock(key);
+        rw.readLock().lock();
+        assertTrue(rw.writeLock().tryLock(1, TimeUnit.SECONDS), "the only reader upgrades");
+        LockInfo info = LockInfo.of(server, key);
+        assertEquals(1, info.holds());
+        assertEquals(1, info.shared());
+        rw.writeLock().unlock();
+        assertEquals(1, LockInfo.of(server, key).shared(), "downgraded to the read hold");
+        rw.readLock().unlock();
+        assertNull(LockInfo.of(server, key));
+    }
+
+    @Test
+    void aSecondUpgraderGetsDeadlock() throws Exception {
+        DReadWriteLock rw = dlock.getReadWriteLock(key);
+        CompletableFuture<Void> reading = new CompletableFuture<>();
+        CompletableFuture<Void> go = new CompletableFuture<>();
+        CompletableFuture<Boolean> upgraded = new CompletableFuture<>();
+        Thread first = new Thread(() -> {
+            try {
+                rw.readLock().lock();
+                reading.complete(null);
+                go.get(5, TimeUnit.SECONDS);
+                boolean got = rw.writeLock().tryLock(10, TimeUnit.SECONDS);
+                if (got) {
+                    rw.writeLock().unlock();
+                }
+                rw.readLock().unlock();
+                upgraded.complete(got);
+            } catch (Throwable e) {
+                upgraded.completeExceptionally(e);
+            }
+        });
+        first.start();
+        reading.get(5, TimeUnit.SECONDS);
+        rw.readLock().lock();
+        go.complete(null);
+        Poll.until("the first upgrade waiting", () -> LockInfo.of(server, key).waiting() == 1);
+        assertThrows(DeadlockException.class, () -> rw.writeLock().tryLock(1, TimeUnit.SECONDS));
+        assertFalse(rw.writeLock().isHeldByCurrentThread());
+        rw.readLock().unlock();
+        assertTrue(upgraded.get(10, TimeUnit.SECONDS), "the first upgrade is granted once the other reader left");
+        Poll.until("the lock to be free", () -> LockInfo.of(server, key) == null);
+    }
+
+    @Test
+    void aSemaphoreGrantsAtMostItsPermits() throws Exception {
+        DSemaphore semaphore = dlock.getSemaphore(key, 2);
+        Lease a = semaphore.acquire(Duration.ZERO);
+        Lease b = semaphore.tryAcquire().orElseThrow();
+        assertTrue(semaphore.tryAcquire().isEmpty());
+        assertEquals(2, LockInfo.of(server, key).shared());
+        assertEquals(2, semaphore.holders());
+        CompletableFuture<Lease> third = semaphore.acquireAsync(Duration.ofSeconds(10));
+        Poll.until("the third in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+        a.close();
+        try (Lease c = third.get(5, TimeUnit.SECONDS)) {
+            assertNotEquals(a.owner(), c.owner());
+            assertEquals(2, LockInfo.of(server, key).shared());
+        }
+        b.close();
+        assertNull(LockInfo.of(server, key));
+    }
+
+    @Test
+    void aLatchOpensItsAwaiters() throws Exception {
+        DCountDownLatch latch = dlock.getCountDownLatch(key);
+        assertTrue(latch.trySetCount(2, Duration.ofSeconds(30)));
+        assertFalse(latch.trySetCount(5, Duration.ofSeconds(30)));
+        assertEquals(2, latch.getCount());
+        assertFalse(latch.await(Duration.ofMillis(50)));
+        CompletableFuture<Boolean> awaiting = latch.awaitAsync(Duration.ofSeconds(10));
+        Poll.until("the awaiter", () -> server.call("DLOCK.INFO", key).toString().contains("waiting, 1"));
+        assertEquals(1, latch.countDown());
+        assertEquals(0, latch.countDown());
+        assertTrue(awaiting.get(5, TimeUnit.SECONDS));
+        assertEquals(0, latch.getCount());
+        assertTrue(latch.await(Duration.ofSeconds(1)), "an opened latch is gone: await returns at once");
+    }
+
+    @Test
+    void aLatchThatExpiresBreaksItsAwaiters() throws Exception {
+        DCountDownLatch latch = dlock.getCountDownLatch(key);
+        assertTrue(latch.trySetCount(1, Duration.ofMillis(150)));
+        assertThrows(LatchBrokenException.class, () -> latch.await(Duration.ofSeconds(5)));
+    }
+
+    @Test
+    void aMultiLockTakesEveryKeyInOneStep() throws Exception {
+        String k1 = "{" + key + "}:a";
+        String k2 = "{" + key + "}:b";
+        DLock other = dlock.getLock(k2);
+        Lease blocker = other.acquire(Duration.ZERO);
+        DLock multi = dlock.getMultiLock(k1, k2);
+        assertTrue(multi.tryAcquire().isEmpty());
+        assertNull(LockInfo.of(server, k1), "all or nothing");
+        blocker.close();
+        try (Lease both = multi.acquire(Duration.ofSeconds(1))) {
+            assertEquals(2, both.tokens().length);
+            assertEquals(both.tokens()[0], LockInfo.of(server, k1).token());
+            assertEquals(both.tokens()[1], LockInfo.of(server, k2).token());
+            assertEquals(both.owner(), LockInfo.of(server, k2).owner());
+        }
+        assertNull(LockInfo.of(server, k1));
+        assertNull(LockInfo.of(server, k2));
+        multi.lock();
+        assertTrue(multi.isLocked());
+        multi.unlock();
+        assertNull(LockInfo.of(server, k2));
+    }
+
+    // ---- election ---------------------------------------------------------------------------
+
+    private void assumeCommand(String command) {
+        org.junit.jupiter.api.Assumptions.assumeTrue(server.hasCommand(command),
+                () -> "skipped: this " + kind() + " server's module has no " + command);
+    }
+
+    @Test
+    void anElectionHandsLeadershipOverAndObserversSeeEveryTerm() throws Exception {
+        assumeCommand("DLOCK.WATCH");
+        dev.dlock.DElection election = dlock.getElection(key);
+        assertTrue(election.leader().isEmpty());
+        List<Optional<dev.dlock.Leader>> seen = new java.util.concurrent.CopyOnWriteArrayList<>();
+        try (dev.dlock.DElection.Observer observer = election.observe(seen::add)) {
+            Poll.until("the first observation", () -> seen.size() == 1);
+            assertTrue(seen.get(0).isEmpty());
+            Lease first = election.campaign("node-a");
+            assertTrue(first.owner().startsWith("node-a#"));
+            UUID.fromString(first.owner().substring("node-a#".length()));
+            assertEquals(36, first.owner().length() - "node-a#".length());
+            assertEquals("a#b", dev.dlock.DElection.identityOf("a#b#" + UUID.randomUUID()));
+            assertEquals("plain-owner", dev.dlock.DElection.identityOf("plain-owner"));
+            assertEquals("x#0123", dev.dlock.DElection.identityOf("x#0123"));
+            assertEquals("node-a", election.leader().orElseThrow().identity());
+            assertEquals(first.token(), election.leader().orElseThrow().term());
+            Poll.until("the observer to see node-a", () -> observer.latest().isPresent()
+                    && observer.latest().get().term() == first.token());
+            CompletableFuture<Lease> second = dlock.getElection(key)
+                    .campaignAsync("node-b", dev.dlock.AcquireOptions.defaults().waitFor(Duration.ofSeconds(10)));
+            Poll.until("the second candidate queued", () -> LockInfo.of(server, key).waiting() == 1);
+            election.resign(first);
+            try (Lease leadership = second.get(5, TimeUnit.SECONDS)) {
+                assertTrue(leadership.token() > first.token(), "terms only grow");
+                Poll.until("the observer to see node-b", () -> observer.latest().isPresent()
+                        && observer.latest().get().identity().equals("node-b"));
+            }
+            Poll.until("the observer to see nobody", () -> observer.latest().isEmpty());
+        }
+        Poll.until("the observer's wait to leave the server", () -> {
+            Object info = server.call("INFO", "dlock");
+            return info.toString().contains("dlock_watchers:0");
+        });
+    }
+
+    @Test
+    void aPublisherOfLeadershipStopsWhenCancelled() throws Exception {
+        assumeCommand("DLOCK.WATCH");
+        dev.dlock.DElection election = dlock.getElection(key);
+        List<Optional<dev.dlock.Leader>> seen = new java.util.concurrent.CopyOnWriteArrayList<>();
+        AtomicReference<java.util.concurrent.Flow.Subscription> subscription = new AtomicReference<>();
+        election.observations().subscribe(new java.util.concurrent.Flow.Subscriber<>() {
+            @Override
+            public void onSubscribe(java.util.concurrent.Flow.Subscription s) {
+                subscription.set(s);
+                s.request(Long.MAX_VALUE);
+            }
+
+            @Override
+            public void onNext(Optional<dev.dlock.Leader> item) {
+                seen.add(item);
+            }
+
+            @Override
+            public void onError(Throwable throwable) {
+            }
+
+            @Override
+            public void onComplete() {
+            }
+        });
+        try (Lease leadership = election.campaign("node-x", dev.dlock.AcquireOptions.defaults())) {
+            Poll.until("the publisher to deliver node-x", () -> seen.stream()
+                    .anyMatch(s -> s.isPresent() && s.get().term() == leadership.token()));
+        }
+        subscription.get().cancel();
+        Poll.until("the observer's wait to leave the server", () -> server.call("INFO", "dlock").toString().contains("dlock_watchers:0"));
+    }
+
+    @Test
+    void weightedPermitsAddUpToTheLimit() throws Exception {
+        org.junit.jupiter.api.Assumptions.assumeTrue(
+                !String.valueOf(server.call("DLOCK.ACQUIRE", key + ":probe", "p", "10", "SHARED", "LIMIT", "2", "WEIGHT", "1")).startsWith("ERR"),
+                () -> "skipped: this " + kind() + " server's module has no WEIGHT");
+        server.call("DEL", key + ":probe");
+        DSemaphore semaphore = dlock.getSemaphore(key, 5);
+        Lease three = semaphore.acquire(3, Duration.ZERO);
+        assertTrue(semaphore.tryAcquire(3).isEmpty(), "3 + 3 > 5");
+        Lease two = semaphore.tryAcquire(2).orElseThrow();
+        assertTrue(semaphore.tryAcquire().isEmpty());
+        three.close();
+        semaphore.tryAcquire(3).orElseThrow().close();
+        two.close();
+        assertNull(LockInfo.of(server, key));
+    }
+
+    @Test
+    void aFairTryLeavesAReservation() throws Exception {
+        DLock fair = dlock.getFairLock(key);
+        Lease held = dlock.getLock(key).acquire(Duration.ZERO);
+        Optional<Lease> none = fair.tryAcquire();
+        assertTrue(none.isEmpty());
+        assertEquals(1, LockInfo.of(server, key).waiting(), "DLOCK.FAIR keeps a place in the queue");
+        held.close();
+    }
+}
