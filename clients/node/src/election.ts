@@ -2,10 +2,11 @@
  * Leader election on an exclusive lock with the watchdog, and `DLOCK.WATCH`
  * to follow changes without polling.
  *
- * The lock's owner string is `<identity>#<uuid>` (docs/clients.md R7.6):
- * the identity the candidate gives (host, address), then a UUID v4 that
- * keeps the owner unique per campaign. A leader's identity is the owner
- * without that suffix (a 32-hex-digit id is read the same way).
+ * The lock's owner string is `<identity>#<id>` (docs/clients.md R7.6):
+ * the identity the candidate gives (host, address), then 32 lowercase hex
+ * digits (a UUID v4 without its dashes) that keep the owner unique per
+ * campaign. A leader's identity is the owner up to its last `#`, as every
+ * dlock client reads it.
  *
  * @module
  */
@@ -19,14 +20,14 @@ import type { Reply } from "./transport.js";
 
 /** The byte that ends the identity in a candidate's owner string. */
 export const OWNER_SEPARATOR = "#";
-/** The longest identity: an owner is at most 512 bytes, 37 of them `#` and the UUID. */
-export const MAX_IDENTITY_BYTES = 512 - 37;
+/** The longest identity: an owner is at most 512 bytes, 33 of them `#` and the id. */
+export const MAX_IDENTITY_BYTES = 512 - 33;
 
 /** A leader as observed. */
 export interface Leader {
   /** The identity the leader campaigned with. */
   identity: string;
-  /** The lock's owner string (`<identity>#<uuid>`). */
+  /** The lock's owner string (`<identity>#<id>`). */
   owner: string;
   /** The term: the leader's fencing token. Pass it to what the leader writes. */
   term: bigint;
@@ -35,16 +36,12 @@ export interface Leader {
 }
 
 /**
- * The campaign ids dlock's clients append: `#` and a UUID, as its
- * 36-character text (docs/clients.md R7.6) or as 32 hex digits.
+ * The identity in an election owner string: the owner up to its last `#`,
+ * or all of it when it has none (a hold taken outside an election).
  */
-const CAMPAIGN_ID =
-  /#(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$/;
-
-/** The identity in an election owner string: the owner without its campaign id, or all of it. */
 export function identityOf(owner: string): string {
-  const match = CAMPAIGN_ID.exec(owner);
-  return match ? owner.slice(0, match.index) : owner;
+  const at = owner.lastIndexOf(OWNER_SEPARATOR);
+  return at >= 0 ? owner.slice(0, at) : owner;
 }
 
 /** Options of a campaign. */
@@ -116,7 +113,7 @@ export class Election {
     if (bytes === 0 || bytes > MAX_IDENTITY_BYTES) {
       throw new DlockError(`an identity must be 1 to ${MAX_IDENTITY_BYTES} bytes`);
     }
-    const owner = `${identity}${OWNER_SEPARATOR}${randomUUID()}`;
+    const owner = `${identity}${OWNER_SEPARATOR}${randomUUID().replaceAll("-", "")}`;
     const lease = await this.dlock.acquire(this.key, {
       owner,
       ttl: options.ttl,

@@ -14,7 +14,7 @@ describe("election owner strings", () => {
   it("the identity is the owner without its campaign id", () => {
     assert.equal(identityOf("host#1:6379#1b4e28ba-2fa1-41d2-883f-0016d3cca427"), "host#1:6379");
     assert.equal(identityOf("host#1:6379#0123456789abcdef0123456789abcdef"), "host#1:6379");
-    assert.equal(identityOf("host#not-a-uuid"), "host#not-a-uuid");
+    assert.equal(identityOf("host#not-a-uuid"), "host");
     assert.equal(identityOf("plain"), "plain");
   });
 });

@@ -56,41 +56,25 @@ public final class DElection {
     }
 
     /**
-     * @param identity what the candidate announces (1 to 475 bytes)
-     * @return the owner string of a new campaign: {@code <identity>#<uuid>}
+     * @param identity what the candidate announces (1 to 479 bytes; it may contain {@code #})
+     * @return the owner string of a new campaign: {@code <identity>#<32 hex digits>}
+     *     (docs/clients.md R7.6), unique per campaign
      */
     public static String ownerFor(String identity) {
-        if (identity.isEmpty() || Bytes.of(identity).length > 512 - 37) {
-            throw new IllegalArgumentException("identity must be 1 to 475 bytes");
+        if (identity.isEmpty() || Bytes.of(identity).length > 512 - 33) {
+            throw new IllegalArgumentException("identity must be 1 to 479 bytes");
         }
-        return identity + "#" + UUID.randomUUID();
+        return identity + "#" + UUID.randomUUID().toString().replace("-", "");
     }
 
     /**
      * @param owner an owner string
-     * @return the identity it announces: the owner without its last 37 characters ({@code #} and a
-     *     UUID) when it has that shape, else the whole owner
+     * @return the identity it announces: the owner up to its last {@code #}, or the whole owner
+     *     when it has none (a hold taken outside an election), as every client reads it (R7.6)
      */
     public static String identityOf(String owner) {
-        int at = owner.length() - 37;
-        if (at >= 1 && owner.charAt(at) == '#' && isUuid(owner.substring(at + 1))) {
-            return owner.substring(0, at);
-        }
-        return owner;
-    }
-
-    private static boolean isUuid(String text) {
-        if (text.length() != 36) {
-            return false;
-        }
-        for (int i = 0; i < 36; i++) {
-            char c = text.charAt(i);
-            boolean dash = i == 8 || i == 13 || i == 18 || i == 23;
-            if (dash ? c != '-' : Character.digit(c, 16) < 0) {
-                return false;
-            }
-        }
-        return true;
+        int at = owner.lastIndexOf('#');
+        return at >= 0 ? owner.substring(0, at) : owner;
     }
 
     /**
