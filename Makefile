@@ -83,7 +83,8 @@ $(INTEGRATION_SERVERS:%=integration-%): integration-%:
 bench: build
 	@command -v valgrind >/dev/null || ./scripts/ensure-deps.sh valgrind
 	cargo build --release -p dlock-bench -p dlock-floor
-	./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
+	DLOCK_BENCH_REDIS8="$$(./scripts/fetch-redis8.sh)" DLOCK_BENCH_VALKEY="$$(./scripts/fetch-valkey.sh)" \
+		./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
 	cargo bench -p dlock-client --bench client$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
 
 # The concurrency checker of tests/stress.rs, longer and wider (minutes).

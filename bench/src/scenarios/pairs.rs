@@ -174,31 +174,54 @@ pub fn run(config: &Config) -> Res<Section> {
                 },
             ]);
         }
-        section.targets.push(Target::at_least(
-            &format!(
-                "pairs, pipeline {pipeline}: DLOCK / SET NX PX + DEL without the module (issue 15)"
-            ),
-            paired(0, SETDEL_PLAIN),
-            0.90,
-        ));
+        // Issue 27: on Redis 7.0 the goal is dlock's own code against the
+        // floor module's pair, at both pipelines; on newer servers the pair
+        // against SET NX PX + DEL without the module, at pipeline 16.
+        let what = |text: &str| config.tag(&format!("pairs, pipeline {pipeline}: {text}"));
+        let setdel = paired(0, SETDEL_PLAIN);
+        let own = paired(0, FLOOR);
+        if config.floor_goals {
+            section.targets.push(Target::at_least(
+                &what("DLOCK / floor module (dlock's own code)"),
+                own,
+                0.95,
+            ));
+            section.targets.push(Target::context(
+                &what("DLOCK / SET NX PX + DEL without the module"),
+                setdel,
+            ));
+        } else if pipeline == 16 {
+            section.targets.push(Target::at_least(
+                &what("DLOCK / SET NX PX + DEL without the module"),
+                setdel,
+                0.90,
+            ));
+            section.targets.push(Target::context(
+                &what("DLOCK / floor module (dlock's own code)"),
+                own,
+            ));
+        } else {
+            section.targets.push(Target::context(
+                &what("DLOCK / SET NX PX + DEL without the module"),
+                setdel,
+            ));
+            section.targets.push(Target::context(
+                &what("DLOCK / floor module (dlock's own code)"),
+                own,
+            ));
+        }
         section.targets.push(Target::context(
-            &format!(
-                "pairs, pipeline {pipeline}: floor module / SET NX PX + DEL without the module (the module API's ceiling)"
-            ),
+            &what("floor module / SET NX PX + DEL without the module (the module API's ceiling)"),
             paired(FLOOR, SETDEL_PLAIN),
-        ));
-        section.targets.push(Target::context(
-            &format!("pairs, pipeline {pipeline}: DLOCK / floor module (dlock's own code)"),
-            paired(0, FLOOR),
         ));
         if pipeline == 16 {
             section.targets.push(Target::at_least(
-                "pairs, pipeline 16: DLOCK / SET NX PX + compare-and-delete (same server)",
+                &what("DLOCK / SET NX PX + compare-and-delete (same server)"),
                 paired(0, CAD_MODULE),
                 0.90,
             ));
             section.targets.push(Target::at_least(
-                "pairs, pipeline 16: DLOCK / Lua lock + unlock (same server)",
+                &what("DLOCK / Lua lock + unlock (same server)"),
                 paired(0, LUA_MODULE),
                 2.0,
             ));

@@ -71,7 +71,7 @@ pub fn run(config: &Config) -> Res<Section> {
             rates.ratio_spread(0, 1),
         ]);
         targets.push(Target::at_least(
-            &format!("module tax: {} with dlock / without (issue 15)", name(op)),
+            &config.tag(&format!("module tax: {} with dlock / without", name(op))),
             tax,
             0.98,
         ));
