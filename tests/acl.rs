@@ -44,32 +44,17 @@ enum Support {
 }
 
 fn support(conn: &mut Connection) -> Support {
-    let server: String = redis::cmd("INFO")
-        .arg("server")
-        .query(conn)
-        .expect("INFO server");
-    let field = |name: &str| {
-        server
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    let version = |text: &str| -> Vec<u32> {
-        text.split('.')
-            .map(|part| part.parse().unwrap_or(0))
-            .collect()
-    };
-    if let Some(valkey) = field("valkey_version") {
-        return if version(valkey).as_slice() >= [8].as_slice() {
+    let version = server_version(conn);
+    if let Some(valkey) = version.valkey {
+        return if valkey.as_slice() >= [8].as_slice() {
             Support::ModuleCategory
         } else {
             Support::CommandCategories
         };
     }
-    let redis = version(field("redis_version").unwrap_or("0"));
-    if redis.as_slice() >= [7, 4].as_slice() {
+    if version.redis.as_slice() >= [7, 4].as_slice() {
         Support::ModuleCategory
-    } else if redis.as_slice() >= [7, 2].as_slice() {
+    } else if version.redis.as_slice() >= [7, 2].as_slice() {
         Support::CommandCategories
     } else {
         Support::None

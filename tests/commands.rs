@@ -461,25 +461,8 @@ fn every_bad_input_gets_its_error_and_changes_nothing() {
 /// Whether the server hands modules the time of the running command
 /// (`RedisModule_CachedMicroseconds`: Redis 7.2 and later, Valkey).
 fn offers_command_time(conn: &mut redis::Connection) -> bool {
-    let server: String = redis::cmd("INFO")
-        .arg("server")
-        .query(conn)
-        .expect("INFO server");
-    let field = |name: &str| {
-        server
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    if field("valkey_version").is_some() {
-        return true;
-    }
-    let version: Vec<u32> = field("redis_version")
-        .unwrap_or("0")
-        .split('.')
-        .map(|part| part.parse().unwrap_or(0))
-        .collect();
-    version.as_slice() >= [7, 2].as_slice()
+    let version = server_version(conn);
+    version.valkey.is_some() || version.redis.as_slice() >= [7, 2].as_slice()
 }
 
 /// Leases start at the command's time where the server offers modules one,

@@ -151,21 +151,6 @@ fn the_module_logs_no_warning_when_it_loads() {
 /// Whether the server offers modules `RedisModule_RegisterDefragCallbacks`
 /// (Redis 8 and later; not Redis 7 nor Valkey 9).
 fn has_defrag_callbacks_api(conn: &mut Connection) -> bool {
-    let server: String = redis::cmd("INFO")
-        .arg("server")
-        .query(conn)
-        .expect("INFO server");
-    let field = |name: &str| {
-        server
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    if field("valkey_version").is_some() {
-        return false;
-    }
-    let major: u32 = field("redis_version")
-        .and_then(|version| version.split('.').next()?.parse().ok())
-        .unwrap_or(0);
-    major >= 8
+    let version = server_version(conn);
+    version.valkey.is_none() && version.redis.first().is_some_and(|&major| major >= 8)
 }

@@ -804,3 +804,33 @@ pub fn aof_always_args(preamble: &str) -> [&str; 8] {
         preamble,
     ]
 }
+
+/// The server's versions from `INFO server`: Valkey's (None on Redis) and
+/// the Redis version it reports (Valkey 9 reports 7.2.4), as numbers.
+pub struct ServerVersion {
+    pub valkey: Option<Vec<u32>>,
+    pub redis: Vec<u32>,
+}
+
+fn version_numbers(text: &str) -> Vec<u32> {
+    text.split('.')
+        .map(|part| part.parse().unwrap_or(0))
+        .collect()
+}
+
+pub fn server_version(conn: &mut Connection) -> ServerVersion {
+    let server: String = redis::cmd("INFO")
+        .arg("server")
+        .query(conn)
+        .expect("INFO server");
+    let field = |name: &str| {
+        server
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    ServerVersion {
+        valkey: field("valkey_version").map(version_numbers),
+        redis: version_numbers(field("redis_version").unwrap_or("0")),
+    }
+}

@@ -290,25 +290,22 @@ fn run_once(
     })
 }
 
-/// Whether DLOCK.ACQUIRE takes WEIGHT: a probe on a key of its own.
+/// Whether DLOCK.ACQUIRE takes WEIGHT (issue 27).
 fn has_weights(conn: &mut Conn) -> Res<bool> {
-    let key = "bench:probe:weight";
-    // An error reply ("not yet") is a reply here, not a failure: read it raw.
-    conn.queue(&[
-        "DLOCK.ACQUIRE",
-        key,
-        "probe",
-        "1000",
-        "SHARED",
-        "LIMIT",
-        "2",
-        "WEIGHT",
-        "2",
-    ]);
-    conn.flush()?;
-    let reply = conn.read()?;
-    conn.call(&["DEL", key])?;
-    Ok(reply.is_grant())
+    super::grants(
+        conn,
+        &[
+            "DLOCK.ACQUIRE",
+            "bench:probe:weight",
+            "probe",
+            "1000",
+            "SHARED",
+            "LIMIT",
+            "2",
+            "WEIGHT",
+            "2",
+        ],
+    )
 }
 
 pub fn run(config: &Config) -> Res<Section> {
