@@ -41,6 +41,19 @@ impl Hold {
         now_ms <= self.deadline_ms
     }
 
+    /// Whether Redis taking the key away at `now_ms` (expiry, or a delete)
+    /// ends this lease rather than cutting it short: from the deadline's
+    /// own millisecond on. The lease covers that millisecond
+    /// ([`Hold::is_live`]), and Redis 7.0's expiry and every server's lazy
+    /// expiry remove a key only once `now > expire`; but Redis 8's active
+    /// expiry removes it already when `now >= expire`, in the lease's last
+    /// millisecond, before the module's timer (armed for deadline + 1)
+    /// could see the lease end. Judged like this, a lease end is the same
+    /// lease end on every server, whoever sees it first.
+    pub fn ended_by_removal_at(&self, now_ms: u64) -> bool {
+        self.deadline_ms <= now_ms
+    }
+
     /// Milliseconds left on the lease (0 at the deadline itself).
     pub fn remaining_ms(&self, now_ms: u64) -> u64 {
         self.deadline_ms.saturating_sub(now_ms)
@@ -247,6 +260,13 @@ impl Holders {
         }
     }
 
+    /// Whether Redis taking the key away at `now_ms` ends every lease in it
+    /// (see [`Hold::ended_by_removal_at`]); false with no holder.
+    pub fn all_ended_by_removal_at(&self, now_ms: u64) -> bool {
+        self.latest_deadline()
+            .is_some_and(|deadline| deadline <= now_ms)
+    }
+
     /// Adds the hold of an owner that holds nothing yet.
     pub fn insert(&mut self, hold: Hold) {
         if let Some(many) = self.many.as_mut() {
@@ -411,6 +431,24 @@ mod tests {
             session: None,
             weight: 1,
         }
+    }
+
+    #[test]
+    fn a_removal_in_the_leases_last_millisecond_ends_it() {
+        // Redis 8's active expiry removes a key at `now >= expire`, the
+        // lease's last (still live) millisecond: that is its end too.
+        let single = hold("a", 1, 0, 100);
+        assert!(single.is_live(100));
+        assert!(!single.ended_by_removal_at(99));
+        assert!(single.ended_by_removal_at(100));
+        assert!(single.ended_by_removal_at(101));
+        let mut holders = Holders::default();
+        assert!(!holders.all_ended_by_removal_at(u64::MAX));
+        holders.insert(hold("a", 0, 1, 100));
+        assert!(holders.all_ended_by_removal_at(100));
+        holders.insert(hold("b", 0, 1, 200));
+        assert!(!holders.all_ended_by_removal_at(199));
+        assert!(holders.all_ended_by_removal_at(200));
     }
 
     #[test]

@@ -389,10 +389,9 @@ fn free_held(mut lock: Box<Lock>, value: usize) {
         return;
     }
     let now = crate::clock::now_ms();
-    let lease_expired = lock
-        .holders()
-        .latest_deadline()
-        .is_some_and(|deadline| deadline < now);
+    // Judged from the lease's last millisecond on: Redis 8 expires a key
+    // in its expire's own millisecond (see `Hold::ended_by_removal_at`).
+    let lease_expired = lock.holders().all_ended_by_removal_at(now);
     departed.extend(lock.take_waiters());
     if departed.is_empty() {
         if lease_expired {
@@ -415,7 +414,11 @@ fn free_held(mut lock: Box<Lock>, value: usize) {
 /// lease) are published as `expire`.
 fn publish_ended_leases(ctx: *mut raw::RedisModuleKeyOptCtx, lock: &Lock) {
     let now = crate::clock::now_ms();
-    if lock.holders().iter().all(|hold| hold.is_live(now)) {
+    if !lock
+        .holders()
+        .iter()
+        .any(|hold| hold.ended_by_removal_at(now))
+    {
         return;
     }
     let key = api!(RedisModule_GetKeyNameFromOptCtx(ctx) else std::ptr::null());
@@ -424,7 +427,10 @@ fn publish_ended_leases(ctx: *mut raw::RedisModuleKeyOptCtx, lock: &Lock) {
     }
     let db = api!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
     let name = KeyName::from_raw(key.cast_mut());
-    let ended = lock.holders().iter().filter(|hold| !hold.is_live(now));
+    let ended = lock
+        .holders()
+        .iter()
+        .filter(|hold| hold.ended_by_removal_at(now));
     audit::publish_ended(db, name.bytes(), ended);
 }
 
