@@ -62,9 +62,12 @@ public final class DLockProvider implements ExtensibleLockProvider {
 
     @Override
     public Optional<SimpleLock> lock(LockConfiguration configuration) {
+        // A lockAtMostUntil that has (nearly) passed still gets the lock, for the shortest lease
+        // the server takes: ShedLock's contract locks with lockAtMostFor = 2 ms and expects a grant,
+        // and its clock counts whole milliseconds, so the rest may already be 0 here.
         Duration lease = leaseUntil(configuration.getLockAtMostUntil());
         if (lease == null) {
-            return Optional.empty();
+            lease = Duration.ofMillis(1);
         }
         return client.getLock(key(configuration.getName())).tryAcquire(lease)
                 .map(granted -> new DLockSimpleLock(granted, configuration));
