@@ -256,7 +256,9 @@ export class Dlock implements AsyncDisposable {
         const timeout = Number.isFinite(wait) ? wait + this.options.waitMargin : undefined;
         const pending = conn.conn.call(args, timeout);
         pending.catch(() => {});
-        const outcome = await raceAbort(pending, signal).catch(async (err: unknown) => {
+        // Without a signal there is nothing to race (no listener, no extra promise).
+        const raced = options.signal ? raceAbort(pending, signal) : pending;
+        const outcome = await raced.catch(async (err: unknown) => {
           if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
           throw err;
         });
