@@ -230,8 +230,18 @@ export class Router {
    * Sends an immediate command for `key` on the command connection of its
    * node, following `MOVED` (the command did not run there) up to 3 times.
    */
-  async call(key: string | Buffer, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
-    let node = this.transport.isCluster ? await this.nodeOf(key) : "";
+  call(key: string | Buffer, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
+    // A single server sends no MOVED: straight to its connection.
+    if (!this.transport.isCluster) return this.callOn("", args, stamp);
+    return this.callRouted(key, args, stamp);
+  }
+
+  private async callRouted(
+    key: string | Buffer,
+    args: readonly RedisArg[],
+    stamp?: SendStamp,
+  ): Promise<Reply> {
+    let node = await this.nodeOf(key);
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.callOn(node, args, stamp);
@@ -246,11 +256,16 @@ export class Router {
   }
 
   /** Sends an immediate command on `node`'s command connection. */
-  async callOn(node: string, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
+  callOn(node: string, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
     const ready = this.nodes.get(node)?.ready;
-    const conn = ready && !ready.closed ? ready : await this.command(node);
-    if (stamp) stamp.sent = performance.now();
-    return conn.call(args, this.options.responseTimeout);
+    if (ready && !ready.closed) {
+      if (stamp) stamp.sent = performance.now();
+      return ready.call(args, this.options.responseTimeout);
+    }
+    return this.command(node).then((conn) => {
+      if (stamp) stamp.sent = performance.now();
+      return conn.call(args, this.options.responseTimeout);
+    });
   }
 
   /** A connection for one blocking wait on `node`, from the pool or new. */
