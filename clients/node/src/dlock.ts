@@ -255,11 +255,19 @@ export class Dlock implements AsyncDisposable {
         since = performance.now();
         const timeout = Number.isFinite(wait) ? wait + this.options.waitMargin : undefined;
         const pending = conn.conn.call(args, timeout);
-        pending.catch(() => {});
-        const outcome = await raceAbort(pending, signal).catch(async (err: unknown) => {
+        let outcome: Reply | typeof ABORTED;
+        try {
+          if (options.signal) {
+            // Raced against the signal, the reply may come (or fail) unread.
+            pending.catch(() => {});
+            outcome = await raceAbort(pending, signal);
+          } else {
+            outcome = await pending;
+          }
+        } catch (err) {
           if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
           throw err;
-        });
+        }
         if (outcome === ABORTED) {
           giveBack = false;
           await this.cancelWait(

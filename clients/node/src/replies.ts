@@ -6,18 +6,24 @@
 import { UnexpectedReplyError } from "./errors.js";
 import type { Reply } from "./transport.js";
 
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
+const DECIMAL = /^-?\d+$/;
+
 /** An integer reply as an exact bigint (adapters deliver integers as decimal text). */
 export function toBigInt(reply: unknown, what: string): bigint {
   if (typeof reply === "bigint") return reply;
-  if (typeof reply === "string" && /^-?\d+$/.test(reply)) return BigInt(reply);
+  if (typeof reply === "string" && DECIMAL.test(reply)) return BigInt(reply);
   if (typeof reply === "number" && Number.isSafeInteger(reply)) return BigInt(reply);
   throw new UnexpectedReplyError(`${what}: expected an exact integer, got ${describe(reply)}`);
 }
 
 /** An integer reply known to be small (hold counts, latch counts). */
 export function toNumber(reply: unknown, what: string): number {
+  // Up to 15 digits is always below 2^53: exact as a JS number, no bigint needed.
+  if (typeof reply === "string" && reply.length <= 15 && DECIMAL.test(reply)) return Number(reply);
   const value = toBigInt(reply, what);
-  if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < BigInt(Number.MIN_SAFE_INTEGER)) {
+  if (value > MAX_SAFE || value < MIN_SAFE) {
     throw new UnexpectedReplyError(`${what}: ${value} is beyond a safe JS number`);
   }
   return Number(value);

@@ -13,9 +13,27 @@ import { performance } from "node:perf_hooks";
 import { slotOf } from "./slots.js";
 import type { Connection, RedisArg, Reply, Transport } from "./transport.js";
 
-/** A connection that refs its socket only while a command is in flight. */
+/** A command in flight with a reply timeout: when it must have been answered. */
+interface Expiry {
+  at: number;
+}
+
+/**
+ * A connection that refs its socket only while a command is in flight, and
+ * closes it when a command goes unanswered past its timeout. One timer per
+ * connection watches every command in flight (not one timer and one extra
+ * promise per command, which were a measurable part of an acquire +
+ * release pair): it re-arms itself for the earliest deadline and lapses
+ * once nothing is in flight.
+ */
 export class Tracked {
   private inflight = 0;
+  private readonly expiries = new Set<Expiry>();
+  private timer: NodeJS.Timeout | undefined;
+  /** When the timer fires (Infinity: not armed). */
+  private timerAt = Infinity;
+  /** Set when the timer closed the connection: commands due by then reject with a TimeoutError. */
+  private expiredAt: number | undefined;
   constructor(
     readonly conn: Connection,
     readonly node: string,
@@ -28,31 +46,48 @@ export class Tracked {
   /** Sends `args`; after `timeoutMs` without a reply the connection is closed and the call rejects. */
   async call(args: readonly RedisArg[], timeoutMs: number | undefined): Promise<Reply> {
     if (this.inflight++ === 0) this.conn.ref();
+    let expiry: Expiry | undefined;
+    if (timeoutMs !== undefined) {
+      expiry = { at: performance.now() + timeoutMs };
+      this.expiries.add(expiry);
+      if (expiry.at < this.timerAt) this.arm(expiry.at);
+    }
     try {
-      if (timeoutMs === undefined) return await this.conn.call(args);
-      return await new Promise<Reply>((resolve, reject) => {
-        const timer = setTimeout(() => {
-          this.conn.close();
-          reject(new TimeoutError(`no reply to ${String(args[0])} within ${timeoutMs} ms`));
-        }, timeoutMs);
-        this.conn.call(args).then(
-          (reply) => {
-            clearTimeout(timer);
-            resolve(reply);
-          },
-          (err: unknown) => {
-            clearTimeout(timer);
-            reject(err);
-          },
-        );
-      });
+      return await this.conn.call(args);
     } catch (err) {
+      if (expiry && this.expiredAt !== undefined && expiry.at <= this.expiredAt) {
+        throw new TimeoutError(`no reply to ${String(args[0])} within ${timeoutMs} ms`);
+      }
       throw fromReplyError(err);
     } finally {
+      if (expiry) this.expiries.delete(expiry);
       if (--this.inflight === 0 && !this.conn.closed) this.conn.unref();
     }
   }
+  private arm(at: number): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timerAt = at;
+    this.timer = setTimeout(() => this.check(), Math.max(0, at - performance.now()));
+    // The socket is ref'd while a command is in flight: that keeps the process alive.
+    this.timer.unref();
+  }
+  private check(): void {
+    this.timer = undefined;
+    this.timerAt = Infinity;
+    const now = performance.now();
+    let earliest = Infinity;
+    for (const expiry of this.expiries) earliest = Math.min(earliest, expiry.at);
+    if (earliest <= now) {
+      this.expiredAt = now;
+      this.conn.close();
+    } else if (earliest < Infinity) {
+      this.arm(earliest);
+    }
+  }
   close(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.timerAt = Infinity;
     this.conn.close();
   }
 }
@@ -195,8 +230,18 @@ export class Router {
    * Sends an immediate command for `key` on the command connection of its
    * node, following `MOVED` (the command did not run there) up to 3 times.
    */
-  async call(key: string | Buffer, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
-    let node = this.transport.isCluster ? await this.nodeOf(key) : "";
+  call(key: string | Buffer, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
+    // A single server sends no MOVED: straight to its connection.
+    if (!this.transport.isCluster) return this.callOn("", args, stamp);
+    return this.callRouted(key, args, stamp);
+  }
+
+  private async callRouted(
+    key: string | Buffer,
+    args: readonly RedisArg[],
+    stamp?: SendStamp,
+  ): Promise<Reply> {
+    let node = await this.nodeOf(key);
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.callOn(node, args, stamp);
@@ -211,11 +256,16 @@ export class Router {
   }
 
   /** Sends an immediate command on `node`'s command connection. */
-  async callOn(node: string, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
+  callOn(node: string, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
     const ready = this.nodes.get(node)?.ready;
-    const conn = ready && !ready.closed ? ready : await this.command(node);
-    if (stamp) stamp.sent = performance.now();
-    return conn.call(args, this.options.responseTimeout);
+    if (ready && !ready.closed) {
+      if (stamp) stamp.sent = performance.now();
+      return ready.call(args, this.options.responseTimeout);
+    }
+    return this.command(node).then((conn) => {
+      if (stamp) stamp.sent = performance.now();
+      return conn.call(args, this.options.responseTimeout);
+    });
   }
 
   /** A connection for one blocking wait on `node`, from the pool or new. */

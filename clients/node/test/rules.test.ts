@@ -7,6 +7,7 @@ import { after, before, describe, it } from "node:test";
 import {
   Dlock,
   LockLostError,
+  TimeoutError,
   ioredisTransport,
   nodeRedisTransport,
   toBigInt,
@@ -68,6 +69,25 @@ for (const kind of serverKinds()) {
         after(async () => {
           await dlock.close();
           await user.close();
+        });
+
+        it("a reply later than responseTimeout closes the connection and rejects with TimeoutError", async () => {
+          const impatient = new Dlock(user.client, { responseTimeout: 100 });
+          const admin = await transportOf(user).connect();
+          try {
+            await (await impatient.acquire(k("timeout"), { ttl: 10_000 })).release();
+            // Every client's commands wait until the pause ends: without the
+            // reply timeout the acquire below would be granted then.
+            await admin.call(["CLIENT", "PAUSE", "500", "ALL"]);
+            await assert.rejects(impatient.acquire(k("timeout"), { ttl: 10_000 }), TimeoutError);
+            // A new connection serves the next command, and the generated
+            // owner's possible grant was released.
+            const lease = await impatient.acquire(k("timeout"), { ttl: 10_000 });
+            await lease.release();
+          } finally {
+            admin.close();
+            await impatient.close();
+          }
         });
 
         it("dlock's connections deliver 2^63-1 as exact text, never a JS number", async () => {
