@@ -363,6 +363,26 @@ pub fn markdown(info: &RunInfo, sections: &[Section], svg_name: Option<&str>) ->
              and reported in [benchmarks-client.md](benchmarks-client.md)."
         );
     }
+    // The other clients' benches (each against its ecosystem's lock
+    // libraries on one server in one run), run by `make bench` after this.
+    for (file, what) in [
+        (
+            "benchmarks-java.md",
+            "The Java client against Redisson (`make java-bench`)",
+        ),
+        (
+            "benchmarks-go.md",
+            "The Go client against redsync and bsm/redislock (`make go-bench`)",
+        ),
+        (
+            "benchmarks-node.md",
+            "The TypeScript client against redlock and redis-semaphore (`make node-bench`)",
+        ),
+    ] {
+        if crate::repo_root().join("docs").join(file).exists() {
+            let _ = writeln!(out, "\n{what}: [{file}]({file}).");
+        }
+    }
     out
 }
 
