@@ -252,7 +252,7 @@ fn main() {
     let out = if settings.quick {
         std::env::temp_dir().join("dlock-benchmarks-client.md")
     } else {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks-client.md")
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/benchmarks-client.md")
     };
     std::fs::write(&out, report).expect("write the report");
     println!("report written to {}", out.display());
