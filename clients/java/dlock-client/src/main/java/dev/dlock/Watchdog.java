@@ -24,7 +24,10 @@ final class Watchdog implements Runnable {
     private final Thread thread;
     private final java.util.concurrent.ExecutorService sender;
     private volatile boolean closed;
+    // Guarded by lock: a wake-up was asked for; the watchdog sleeps (and until when).
     private boolean signalled;
+    private boolean sleeping;
+    private long wakeAt;
 
     Watchdog(DLockClient client) {
         this.client = client;
@@ -40,7 +43,24 @@ final class Watchdog implements Runnable {
 
     void watch(Hold hold) {
         holds.add(hold);
-        signal();
+        long due;
+        synchronized (hold) {
+            due = hold.renewed ? earliest(hold.deadlineNanos, hold.nextRenewalNanos - hold.periodNanos / 2)
+                    : hold.deadlineNanos;
+        }
+        lock.lock();
+        try {
+            // A sleeping watchdog that wakes before this hold needs it sees the hold then: no
+            // wake-up (a thread switch and a scan of every hold) per acquisition, which on a
+            // contended lock would sit on every hand-off.
+            if (sleeping && due - wakeAt >= 0) {
+                return;
+            }
+            signalled = true;
+            wake.signalAll();
+        } finally {
+            lock.unlock();
+        }
     }
 
     void unwatch(Hold hold) {
@@ -127,8 +147,11 @@ final class Watchdog implements Runnable {
             try {
                 long wait = next - System.nanoTime();
                 if (!signalled && wait > 0 && !closed && !anyDue) {
+                    sleeping = true;
+                    wakeAt = next;
                     wake.awaitNanos(wait);
                 }
+                sleeping = false;
                 signalled = false;
             } catch (InterruptedException e) {
                 return;
