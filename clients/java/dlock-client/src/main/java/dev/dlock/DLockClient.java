@@ -8,6 +8,7 @@ import java.util.Objects;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 
@@ -37,6 +38,17 @@ public final class DLockClient implements AutoCloseable {
     private final Watchdog watchdog;
     private final java.util.concurrent.ExecutorService asyncWaits;
     private volatile boolean closed;
+
+    /** Slots of {@link #busyHints} (a power of two): keys that share a slot share its hint. */
+    private static final int BUSY_HINTS = 256;
+    /** A key hinted busy is still tried first 1 time in this many. */
+    private static final int REPROBE = 8;
+    /**
+     * Per slot of a key's hash: 1 when the last try of a waiting acquire of such a key found it
+     * held. Only a hint (a shared slot or a stale value costs one round trip, never a rule).
+     */
+    private final java.util.concurrent.atomic.AtomicIntegerArray busyHints =
+            new java.util.concurrent.atomic.AtomicIntegerArray(BUSY_HINTS);
 
     /**
      * A client with the default settings.
@@ -301,15 +313,21 @@ public final class DLockClient implements AutoCloseable {
             }
             return granted(request, owner, value, sent, false);
         }
-        if (!request.fair) {
+        int hintSlot = request.keys.get(0).hashCode() & (BUSY_HINTS - 1);
+        if (!request.fair && (busyHints.get(hintSlot) == 0 || ThreadLocalRandom.current().nextInt(REPROBE) == 0)) {
             // A free lock is granted on the shared connection at once; only a lock that is held
             // needs a connection of its own to wait on. (Not for DLOCK.FAIR, whose failed try
             // leaves a reservation.) A null reply leaves nothing behind, so the wait that follows
-            // joins the queue exactly as a direct BLOCK would.
+            // joins the queue exactly as a direct BLOCK would. A key whose last try found it
+            // held goes straight to the queue (a try there would cost each hand-off of a
+            // contended lock one more round trip), but 1 time in REPROBE tries again first so
+            // that the hint ends when the contention does.
             Hold now = acquire(request, owner, generatedOwner, 0, interruptible);
             if (now != null) {
+                busyHints.set(hintSlot, 0);
                 return now;
             }
+            busyHints.set(hintSlot, 1);
         }
         long blockMs = waitNanos < 0 ? 0 : Math.max(1, (waitNanos + 999_999) / 1_000_000);
         byte[] routingKey = request.routingKey();
