@@ -21,6 +21,29 @@ public interface BlockingConnection {
      */
     CompletableFuture<Object> send(byte[]... args);
 
+    /**
+     * Whether {@link #sendOnCaller} waits on the calling thread (a synchronous library's blocking
+     * read). The client uses it for a wait that nothing but the reply can end (an uninterruptible
+     * wait without a timeout: {@code lock()}), so the waiting thread is woken by the reply itself.
+     *
+     * @return false by default
+     */
+    default boolean sendsOnCaller() {
+        return false;
+    }
+
+    /**
+     * Sends a command and reads its reply on the calling thread, with no read timeout; only called
+     * when {@link #sendsOnCaller()} says true. Failures are thrown as {@link #send} would complete
+     * its future.
+     *
+     * @param args the command name and its arguments
+     * @return the reply
+     */
+    default Object sendOnCaller(byte[]... args) {
+        throw new UnsupportedOperationException("this connection sends from its own threads");
+    }
+
     /** Gives the connection back for reuse: its last command has been answered. */
     void recycle();
 

@@ -253,6 +253,21 @@ public final class DLockClient implements AutoCloseable {
         }
     }
 
+    /**
+     * Sends one command that answers at once and returns its reply: on the calling thread when
+     * the transport can, else through {@link Transport#call} and {@link #await}.
+     */
+    Object callNow(byte[] routingKey, byte[]... args) {
+        if (!transport.callsOnCaller()) {
+            return await(transport.call(routingKey, args));
+        }
+        try {
+            return transport.callOnCaller(routingKey, args);
+        } catch (RuntimeException e) {
+            throw unwrap(e);
+        }
+    }
+
     static RuntimeException unwrap(Throwable cause) {
         while ((cause instanceof java.util.concurrent.CompletionException
                         || cause instanceof ExecutionException)
@@ -289,6 +304,18 @@ public final class DLockClient implements AutoCloseable {
                 throw unwrap(e);
             }
             long sent = System.nanoTime();
+            if (transport.callsOnCaller()) {
+                Object value;
+                try {
+                    value = callNow(request.routingKey(), request.acquireArgs(owner, -1));
+                } catch (DLockConnectionException e) {
+                    if (generatedOwner) {
+                        releaseQuietly(request, owner);
+                    }
+                    throw e;
+                }
+                return granted(request, owner, value, sent, false);
+            }
             CompletableFuture<Object> reply =
                     transport.call(request.routingKey(), request.acquireArgs(owner, -1));
             Object value;
@@ -333,6 +360,29 @@ public final class DLockClient implements AutoCloseable {
         byte[] routingKey = request.routingKey();
         BlockingConnection connection = transport.openBlocking(routingKey);
         long sent = System.nanoTime();
+        if (blockMs == 0 && !interruptible && connection.sendsOnCaller()) {
+            // Nothing but the reply ends this wait: the thread waits in the transport's own
+            // read, woken by the grant itself.
+            Object value;
+            try {
+                value = connection.sendOnCaller(request.acquireArgs(owner, blockMs));
+            } catch (RuntimeException e) {
+                connection.discard();
+                RuntimeException failure = unwrap(e);
+                if (failure instanceof DLockConnectionException && generatedOwner) {
+                    awaitNotQueued(request, owner);
+                    releaseQuietly(request, owner);
+                }
+                throw failure;
+            }
+            connection.recycle();
+            long received = System.nanoTime();
+            Hold hold = granted(request, owner, value, sent, true);
+            if (hold != null) {
+                hold.grantedAfterWait(received, request.leaseMs);
+            }
+            return hold;
+        }
         CompletableFuture<Object> reply;
         try {
             reply = connection.send(request.acquireArgs(owner, blockMs));
@@ -483,6 +533,12 @@ public final class DLockClient implements AutoCloseable {
      * @return the holds the owner has left on the first key (in both modes)
      */
     long release(List<String> keys, String owner, boolean shared) {
+        if (keys.size() == 1 && transport.callsOnCaller()) {
+            byte[] k = Bytes.of(keys.get(0));
+            Object reply = shared ? callNow(k, Commands.RELEASE, k, Bytes.of(owner), Commands.SHARED)
+                    : callNow(k, Commands.RELEASE, k, Bytes.of(owner));
+            return Bytes.asLong(reply, "DLOCK.RELEASE");
+        }
         List<Transport.Command> commands = new ArrayList<>(keys.size());
         for (String key : keys) {
             byte[] k = Bytes.of(key);

@@ -29,6 +29,32 @@ public interface Transport extends AutoCloseable {
     CompletableFuture<Object> call(byte[] routingKey, byte[]... args);
 
     /**
+     * Whether {@link #callOnCaller} does the round trip on the calling thread. A transport over a
+     * synchronous library (Jedis) says yes: the client then calls it instead of waiting for
+     * {@link #call}'s future, which saves handing each command to another thread and its reply
+     * back (two thread switches, on the path of every lock hand-off).
+     *
+     * @return false by default
+     */
+    default boolean callsOnCaller() {
+        return false;
+    }
+
+    /**
+     * Sends one command on the shared connection (or one of its pool) and reads its reply on the
+     * calling thread; only called when {@link #callsOnCaller()} says true. Failures are thrown as
+     * {@link #call} would complete its future; a reply that does not come within the transport's
+     * read timeout is a {@link DLockConnectionException}.
+     *
+     * @param routingKey the key that decides the node in a Cluster
+     * @param args the command name and its arguments
+     * @return the reply
+     */
+    default Object callOnCaller(byte[] routingKey, byte[]... args) {
+        throw new UnsupportedOperationException("this transport sends from its own threads");
+    }
+
+    /**
      * Sends several commands together (pipelined where the transport can); each has its own
      * future, in the order given.
      *

@@ -115,6 +115,21 @@ public final class JedisTransport implements Transport {
         return reply;
     }
 
+    /** Jedis is synchronous: a command's round trip runs on the thread that needs its reply. */
+    @Override
+    public boolean callsOnCaller() {
+        return true;
+    }
+
+    @Override
+    public Object callOnCaller(byte[] routingKey, byte[]... args) {
+        try (Jedis jedis = pool.getResource()) {
+            return jedis.sendCommand(new Raw(args[0]), rest(args));
+        } catch (RuntimeException e) {
+            throw translate(e);
+        }
+    }
+
     @Override
     public List<CompletableFuture<Object>> callAll(List<Command> commands) {
         List<CompletableFuture<Object>> replies = new ArrayList<>(commands.size());
@@ -193,6 +208,25 @@ public final class JedisTransport implements Transport {
                 }
             });
             return reply;
+        }
+
+        /** The waiting thread reads the reply itself: the grant wakes it, no other thread. */
+        @Override
+        public boolean sendsOnCaller() {
+            return true;
+        }
+
+        @Override
+        public Object sendOnCaller(byte[]... args) {
+            Connection connection = jedis.getConnection();
+            try {
+                connection.setTimeoutInfinite();
+                Object value = jedis.sendCommand(new Raw(args[0]), rest(args));
+                connection.rollbackTimeout();
+                return value;
+            } catch (RuntimeException e) {
+                throw translate(e);
+            }
         }
 
         @Override
