@@ -32,8 +32,8 @@ public final class DCountDownLatch {
      * @return true when created, false when the key already held a latch (left unchanged)
      */
     public boolean trySetCount(long count, Duration ttl) {
-        Object reply = client.await(client.transport().call(keyBytes, Commands.LATCH, keyBytes,
-                Bytes.of(count), Bytes.of(Math.max(1, ttl.toMillis()))));
+        Object reply = client.callNow(keyBytes, Commands.LATCH, keyBytes,
+                Bytes.of(count), Bytes.of(Math.max(1, ttl.toMillis())));
         return Bytes.asLong(reply, "DLOCK.LATCH") == 1;
     }
 
@@ -49,19 +49,19 @@ public final class DCountDownLatch {
      * @return the count left (0 when open or missing)
      */
     public long countDown(long n) {
-        Object reply = client.await(client.transport().call(keyBytes, Commands.COUNTDOWN, keyBytes, Bytes.of(n)));
+        Object reply = client.callNow(keyBytes, Commands.COUNTDOWN, keyBytes, Bytes.of(n));
         return Bytes.asLong(reply, "DLOCK.COUNTDOWN");
     }
 
     /** @return the count now (0 when open or missing) */
     public long getCount() {
-        Map<String, Object> info = Info.of(client.await(client.transport().call(keyBytes, Commands.INFO, keyBytes)));
+        Map<String, Object> info = Info.of(client.callNow(keyBytes, Commands.INFO, keyBytes));
         return info == null ? 0 : Info.longOf(info, "count");
     }
 
     /** @return the count now, or empty when the latch does not exist (opened, expired, never made) */
     public java.util.OptionalLong currentCount() {
-        Map<String, Object> info = Info.of(client.await(client.transport().call(keyBytes, Commands.INFO, keyBytes)));
+        Map<String, Object> info = Info.of(client.callNow(keyBytes, Commands.INFO, keyBytes));
         return info == null ? java.util.OptionalLong.empty() : java.util.OptionalLong.of(Info.longOf(info, "count"));
     }
 

@@ -121,7 +121,7 @@ public final class DElection {
 
     /** @return who leads now, or empty when nobody does */
     public Optional<Leader> leader() {
-        Map<String, Object> info = Info.of(client.await(client.transport().call(keyBytes, Commands.INFO, keyBytes)));
+        Map<String, Object> info = Info.of(client.callNow(keyBytes, Commands.INFO, keyBytes));
         if (info == null || Info.longOf(info, "holds") == 0) {
             return Optional.empty();
         }

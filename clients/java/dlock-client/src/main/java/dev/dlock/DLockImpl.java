@@ -80,8 +80,8 @@ class DLockImpl implements DLock {
         if (entry != null) {
             // A re-entry: granted at once under the same owner (holds + 1 in the server).
             long sent = System.nanoTime();
-            Object reply = client.await(client.transport().call(request.routingKey(),
-                    request.acquireArgs(entry.hold.owner, -1)));
+            Object reply = client.callNow(request.routingKey(),
+                    request.acquireArgs(entry.hold.owner, -1));
             if (reply != null) {
                 entry.count++;
                 entry.hold.serverHolds = (int) Bytes.asLong(Bytes.asList(
@@ -217,8 +217,8 @@ class DLockImpl implements DLock {
     @Override
     public boolean isLocked() {
         for (String key : keys) {
-            Map<String, Object> info = Info.of(client.await(client.transport().call(Bytes.of(key),
-                    Commands.INFO, Bytes.of(key))));
+            Map<String, Object> info = Info.of(client.callNow(Bytes.of(key),
+                    Commands.INFO, Bytes.of(key)));
             if (info != null && (Info.longOf(info, "holds") > 0 || Info.longOf(info, "shared") > 0)) {
                 return true;
             }

@@ -125,7 +125,7 @@ public final class DSemaphore {
 
     /** @return the number of owners holding the semaphore now */
     public long holders() {
-        Map<String, Object> info = Info.of(client.await(client.transport().call(Bytes.of(key), Commands.INFO, Bytes.of(key))));
+        Map<String, Object> info = Info.of(client.callNow(Bytes.of(key), Commands.INFO, Bytes.of(key)));
         return info == null ? 0 : Info.longOf(info, "shared");
     }
 }
