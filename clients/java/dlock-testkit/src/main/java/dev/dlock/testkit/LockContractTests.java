@@ -239,6 +239,38 @@ public abstract class LockContractTests {
     }
 
     @Test
+    void aLockWaiterWhoseConnectionIsKilledFailsAndLeavesNoWaiterAndNoHold() throws Exception {
+        DLock lock = dlock.getLock(key);
+        lock.lock();
+        AtomicReference<Throwable> outcome = new AtomicReference<>();
+        Thread waiter = new Thread(() -> {
+            try {
+                lock.lock();
+                outcome.set(new AssertionError("granted"));
+            } catch (Throwable e) {
+                outcome.set(e);
+            }
+        });
+        waiter.start();
+        Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+        String blocked = null;
+        for (String line : String.valueOf(server.call("CLIENT", "LIST")).split("\n")) {
+            if (line.contains("cmd=dlock.acquire") && line.contains("flags=b")) {
+                blocked = line.split(" ")[0].substring("id=".length());
+            }
+        }
+        assertNotNull(blocked, "the waiter's connection is blocked in DLOCK.ACQUIRE");
+        assertEquals(1L, server.call("CLIENT", "KILL", "ID", blocked));
+        waiter.join(10_000);
+        assertFalse(waiter.isAlive());
+        assertTrue(outcome.get() instanceof dev.dlock.DLockConnectionException, String.valueOf(outcome.get()));
+        Poll.until("no waiter left in the queue", () -> LockInfo.of(server, key).waiting() == 0);
+        assertEquals(1, LockInfo.of(server, key).holders().size(), "no hold but ours");
+        lock.unlock();
+        assertNull(LockInfo.of(server, key), "nothing left behind");
+    }
+
+    @Test
     void theWatchdogKeepsAShortLeaseAlive() throws Exception {
         DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(600)).build());
         DLock lock = client.getLock(key);
