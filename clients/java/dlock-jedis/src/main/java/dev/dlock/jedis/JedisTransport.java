@@ -23,10 +23,12 @@ import redis.clients.jedis.exceptions.JedisDataException;
 /**
  * dlock over Jedis (5+) on one server, through the application's {@link JedisPool} (TLS, auth
  * and timeouts as configured there). Jedis never re-sends a command. Each command borrows a
- * connection for its round trip on a small thread pool (Jedis is synchronous); renewals that fall
- * due together go as one {@link Pipeline}; a blocking wait holds a pooled connection of its own
- * with an infinite socket timeout (the client bounds the wait itself, and closes the connection
- * to end it).
+ * connection for its round trip, on the calling thread ({@link #callsOnCaller}), or on a small
+ * thread pool when the client wants a future; renewals that fall due together go as one {@link
+ * Pipeline}; a blocking wait holds a pooled connection of its own with an infinite socket timeout
+ * (the client bounds the wait itself, and closes the connection to end it), read by the waiting
+ * thread itself when nothing but the reply can end the wait ({@code lock()}), else on a thread of
+ * the pool.
  */
 @SuppressWarnings("deprecation") // JedisPool: deprecated in Jedis 7 but what most applications have
 public final class JedisTransport implements Transport {
