@@ -547,8 +547,8 @@ public final class Bench {
         long cWarm = quick ? 300 : 1000;
         long cRun = quick ? 1000 : 4000;
         int sharedRounds = quick ? 1 : 2;
-        int overheadRounds = quick ? 3 : 10;
-        int overheadPairs = quick ? 300 : 2000;
+        int overheadRounds = quick ? 6 : 40;
+        int overheadPairs = quick ? 150 : 500;
         String loadAtStart = loadAverage();
         try (RedisServer server = RedisServer.start(RedisServer.Kind.REDIS)) {
             String uri = server.uri();
