@@ -341,7 +341,8 @@ public final class DLockClient implements AutoCloseable {
             return granted(request, owner, value, sent, false);
         }
         int hintSlot = request.keys.get(0).hashCode() & (BUSY_HINTS - 1);
-        if (!request.fair && (busyHints.get(hintSlot) == 0 || ThreadLocalRandom.current().nextInt(REPROBE) == 0)) {
+        boolean hintedBusy = busyHints.get(hintSlot) != 0;
+        if (!request.fair && (!hintedBusy || ThreadLocalRandom.current().nextInt(REPROBE) == 0)) {
             // A free lock is granted on the shared connection at once; only a lock that is held
             // needs a connection of its own to wait on. (Not for DLOCK.FAIR, whose failed try
             // leaves a reservation.) A null reply leaves nothing behind, so the wait that follows
@@ -351,10 +352,14 @@ public final class DLockClient implements AutoCloseable {
             // that the hint ends when the contention does.
             Hold now = acquire(request, owner, generatedOwner, 0, interruptible);
             if (now != null) {
-                busyHints.set(hintSlot, 0);
+                if (hintedBusy) {
+                    busyHints.set(hintSlot, 0);
+                }
                 return now;
             }
-            busyHints.set(hintSlot, 1);
+            if (!hintedBusy) {
+                busyHints.set(hintSlot, 1);
+            }
         }
         long blockMs = waitNanos < 0 ? 0 : Math.max(1, (waitNanos + 999_999) / 1_000_000);
         byte[] routingKey = request.routingKey();
