@@ -15,27 +15,37 @@ import java.util.concurrent.atomic.AtomicInteger;
 import redis.clients.jedis.Connection;
 import redis.clients.jedis.Jedis;
 import redis.clients.jedis.JedisPool;
+import redis.clients.jedis.JedisSentinelPool;
 import redis.clients.jedis.Pipeline;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.commands.ProtocolCommand;
 import redis.clients.jedis.exceptions.JedisDataException;
+import redis.clients.jedis.util.Pool;
 
 /**
  * dlock over Jedis (5+) on one server, through the application's {@link JedisPool} (TLS, auth
- * and timeouts as configured there). Jedis never re-sends a command. Each command borrows a
+ * and timeouts as configured there), or on the master that Redis Sentinel names, through a
+ * {@link JedisSentinelPool}. Jedis never re-sends a command. Each command borrows a
  * connection for its round trip on a small thread pool (Jedis is synchronous); renewals that fall
  * due together go as one {@link Pipeline}; a blocking wait holds a pooled connection of its own
  * with an infinite socket timeout (the client bounds the wait itself, and closes the connection
  * to end it).
+ *
+ * <p><b>Sentinel.</b> A {@link JedisSentinelPool} hands out connections to the master its
+ * Sentinels name now: it listens to {@code +switch-master} on every Sentinel, drops its idle
+ * connections to the old master and refuses to hand out one to an old master. Since every
+ * command borrows a connection for its round trip, and every wait borrows one of its own, the
+ * next command and every new wait after a failover go to the new master. A wait already blocked
+ * on the old master ends when that server dies or is demoted.
  */
-@SuppressWarnings("deprecation") // JedisPool: deprecated in Jedis 7 but what most applications have
+@SuppressWarnings("deprecation") // JedisPool, JedisSentinelPool: deprecated in Jedis 7 but what most applications have
 public final class JedisTransport implements Transport {
-    private final JedisPool pool;
+    private final Pool<Jedis> pool;
     private final boolean ownsPool;
     private final ExecutorService calls;
     private final ExecutorService waits;
 
-    private JedisTransport(JedisPool pool, boolean ownsPool, int threads) {
+    private JedisTransport(Pool<Jedis> pool, boolean ownsPool, int threads) {
         this.pool = pool;
         this.ownsPool = ownsPool;
         this.calls = Executors.newFixedThreadPool(threads, daemon("dlock-jedis-call"));
@@ -47,6 +57,18 @@ public final class JedisTransport implements Transport {
      * @return the transport
      */
     public static JedisTransport create(JedisPool pool) {
+        return new JedisTransport(pool, false, 4);
+    }
+
+    /**
+     * A transport on the master that Sentinel names, through the application's pool (its master
+     * name, Sentinels, and client configurations for the master and for the Sentinels: auth, TLS,
+     * timeouts).
+     *
+     * @param pool the application's Sentinel pool (left open by {@link #close()})
+     * @return the transport
+     */
+    public static JedisTransport create(JedisSentinelPool pool) {
         return new JedisTransport(pool, false, 4);
     }
 
