@@ -17,7 +17,7 @@ public final class RedisSentinelServers implements AutoCloseable {
      * The Sentinel's {@code down-after-milliseconds}: a killed master is replaced no sooner than
      * this after its last answer to the Sentinel.
      */
-    public static final int DOWN_AFTER_MS = 2500;
+    public static final int DOWN_AFTER_MS = 3500;
 
     private final List<RedisServer> data = new ArrayList<>();
     private RedisServer sentinel;

@@ -158,8 +158,10 @@ public abstract class SentinelTests {
         RedisServer oldMaster = servers.master();
         RedisServer newMaster = servers.replica();
         // Shorter than the fastest failover (the Sentinel waits down-after-milliseconds), so no
-        // master can renew this lease before it ends.
-        long leaseMs = 2000;
+        // master can renew this lease before it ends. 3 s: the client reports the loss 5 ms + 1 %
+        // of the lease (35 ms) before the lease ends, and on a loaded machine the reporting thread
+        // can be kept off the CPU for 25 ms while the transport keeps trying to reconnect.
+        long leaseMs = 3000;
         assertTrue(leaseMs < RedisSentinelServers.DOWN_AFTER_MS);
         DLockClient dlock = client(Duration.ofMillis(leaseMs));
         dlock.getLock(prefix + "warm-up").tryAcquire().ifPresent(Lease::close);
