@@ -49,9 +49,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * (more Sentinels with {@code withSentinel}), every connection dlock opens, the shared one and each
  * new one for a blocking wait, asks a Sentinel for the current master and connects to it. The
  * transport also subscribes to {@code +switch-master} on every Sentinel: when the master changes,
- * it closes the shared connection and the idle blocking ones (their pending commands fail, and
- * are not re-sent), so that the next command, and every new wait, goes to the new master. A wait
- * already blocked on the old master ends when that server dies or is demoted.
+ * it closes its shared and idle blocking connections to any other server (their pending commands
+ * fail, and are not re-sent), so that the next command, and every new wait, goes to the new
+ * master. A wait already blocked on the old master ends when that server dies or is demoted.
  */
 public final class LettuceTransport implements Transport {
     private static final byte[] CLIENT = "CLIENT".getBytes();
@@ -73,8 +73,8 @@ public final class LettuceTransport implements Transport {
     /** The shared connection, its server's address (null: unknown) and the {@link #generation} it was opened in. */
     private record Shared(StatefulRedisConnection<byte[], byte[]> connection, String address, int generation) {}
 
-    /** A new connection and its server's address (null without Sentinel, or unknown). */
-    private record Opened(StatefulRedisConnection<byte[], byte[]> connection, String address) {}
+    /** A new connection, its server's address (null without Sentinel, or unknown) and the generation it is current in. */
+    private record Opened(StatefulRedisConnection<byte[], byte[]> connection, String address, int generation) {}
 
     private LettuceTransport(RedisClient client, RedisURI uri, int maxIdleBlocking) {
         this.client = client;
@@ -190,21 +190,32 @@ public final class LettuceTransport implements Transport {
                     current.connection.closeAsync();
                 }
                 Opened opened = connect();
-                current = new Shared(opened.connection, opened.address, now);
+                current = new Shared(opened.connection, opened.address, opened.generation);
             }
             shared = current;
             return current.connection;
         }
     }
 
-    /** Connects to the server, or (with Sentinels) to the master a Sentinel names now. */
+    /**
+     * Connects to the server, or (with Sentinels) to the master a Sentinel names now. A connect
+     * that resolved the old master just before a switch was announced is made again.
+     */
     private Opened connect() {
-        try {
-            StatefulRedisConnection<byte[], byte[]> connection = client.connect(ByteArrayCodec.INSTANCE);
+        for (int attempt = 1; ; attempt++) {
+            int now = generation.get();
+            StatefulRedisConnection<byte[], byte[]> connection;
+            try {
+                connection = client.connect(ByteArrayCodec.INSTANCE);
+            } catch (RuntimeException e) {
+                throw new DLockConnectionException("cannot connect: " + e.getMessage(), e);
+            }
             connection.setTimeout(Duration.ofDays(365));
-            return new Opened(connection, remotes.remove(connection));
-        } catch (RuntimeException e) {
-            throw new DLockConnectionException("cannot connect: " + e.getMessage(), e);
+            String address = remotes.remove(connection);
+            if (current(now, address) || attempt == 3) {
+                return new Opened(connection, address, now);
+            }
+            connection.closeAsync();
         }
     }
 
@@ -296,12 +307,11 @@ public final class LettuceTransport implements Transport {
             }
             connection.connection.closeAsync();
         }
-        int now = generation.get();
         Opened opened = connect();
         StatefulRedisConnection<byte[], byte[]> fresh = opened.connection;
         try {
             Object id = dispatch(fresh, CLIENT, ID).get(10, TimeUnit.SECONDS);
-            return new Dedicated(fresh, opened.address, (Long) id, now);
+            return new Dedicated(fresh, opened.address, (Long) id, opened.generation);
         } catch (Exception e) {
             fresh.closeAsync();
             throw translate(e);
