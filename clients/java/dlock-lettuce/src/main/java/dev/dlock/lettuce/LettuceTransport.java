@@ -21,6 +21,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
@@ -51,7 +52,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * transport also subscribes to {@code +switch-master} on every Sentinel: when the master changes,
  * it closes its shared and idle blocking connections to any other server (their pending commands
  * fail, and are not re-sent), so that the next command, and every new wait, goes to the new
- * master. A wait already blocked on the old master ends when that server dies or is demoted.
+ * master; a wait blocked on the old master ends at once with a {@code DLockConnectionException}
+ * (the old master, until the Sentinel demotes it, could still grant it).
  */
 public final class LettuceTransport implements Transport {
     private static final byte[] CLIENT = "CLIENT".getBytes();
@@ -67,6 +69,8 @@ public final class LettuceTransport implements Transport {
     private final AtomicInteger generation = new AtomicInteger();
     /** Null without Sentinel. */
     private final SentinelWatch sentinels;
+    /** With Sentinel: the blocking connections handed out and not yet given back. */
+    private final Set<Dedicated> busy = ConcurrentHashMap.newKeySet();
     /** With Sentinel: the server address of each connection being opened, from the client's events. */
     private final Map<RedisChannelHandler<?, ?>, String> remotes = new ConcurrentHashMap<>();
 
@@ -108,7 +112,7 @@ public final class LettuceTransport implements Transport {
 
     /**
      * Sentinel named a new master: connections to any other server are closed (their pending
-     * commands fail, and are not re-sent). Runs on an event loop, so it takes no lock (a connect
+     * commands fail, and are not re-sent), waits included. Runs on an event loop, so it takes no lock (a connect
      * may be running under {@code sharedLock}); a connection being opened meanwhile carries the
      * old generation and is checked at its first use.
      */
@@ -120,6 +124,13 @@ public final class LettuceTransport implements Transport {
         }
         for (Dedicated connection : idle) {
             if (!master.equals(connection.address) && idle.remove(connection)) {
+                connection.connection.closeAsync();
+            }
+        }
+        // A wait on the old master could still be granted there (a stale grant): it ends now, with
+        // a connection error, and the client settles it as it does for any lost wait connection.
+        for (Dedicated connection : busy) {
+            if (!master.equals(connection.address)) {
                 connection.connection.closeAsync();
             }
         }
@@ -300,13 +311,28 @@ public final class LettuceTransport implements Transport {
 
     @Override
     public BlockingConnection openBlocking(byte[] routingKey) {
-        Dedicated connection;
-        while ((connection = idle.pollFirst()) != null) {
-            if (connection.connection.isOpen() && current(connection.generation, connection.address)) {
+        while (true) {
+            Dedicated connection = idle.pollFirst();
+            if (connection == null) {
+                connection = open();
+            } else if (!connection.connection.isOpen() || !current(connection.generation, connection.address)) {
+                connection.connection.closeAsync();
+                continue;
+            }
+            if (sentinels == null) {
                 return connection;
             }
+            // Registered before it is checked again: a switch announced from now on closes it.
+            busy.add(connection);
+            if (current(connection.generation, connection.address)) {
+                return connection;
+            }
+            busy.remove(connection);
             connection.connection.closeAsync();
         }
+    }
+
+    private Dedicated open() {
         Opened opened = connect();
         StatefulRedisConnection<byte[], byte[]> fresh = opened.connection;
         try {
@@ -343,6 +369,9 @@ public final class LettuceTransport implements Transport {
 
         @Override
         public void recycle() {
+            if (sentinels != null) {
+                busy.remove(this);
+            }
             if (closed || !connection.isOpen() || !current(generation, address) || idle.size() >= maxIdleBlocking) {
                 connection.closeAsync();
             } else {
@@ -352,6 +381,9 @@ public final class LettuceTransport implements Transport {
 
         @Override
         public void discard() {
+            if (sentinels != null) {
+                busy.remove(this);
+            }
             connection.closeAsync();
         }
     }
