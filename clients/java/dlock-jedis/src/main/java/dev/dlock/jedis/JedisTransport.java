@@ -27,20 +27,11 @@ import redis.clients.jedis.util.Pool;
 
 /**
  * dlock over Jedis (5+) on one server, through the application's {@link JedisPool} (TLS, auth
- * and timeouts as configured there), or on the master that Redis Sentinel names, through a
- * {@link JedisSentinelPool}. Jedis never re-sends a command. Each command borrows a
+ * and timeouts as configured there). Jedis never re-sends a command. Each command borrows a
  * connection for its round trip on a small thread pool (Jedis is synchronous); renewals that fall
  * due together go as one {@link Pipeline}; a blocking wait holds a pooled connection of its own
  * with an infinite socket timeout (the client bounds the wait itself, and closes the connection
  * to end it).
- *
- * <p><b>Sentinel.</b> A {@link JedisSentinelPool} hands out connections to the master its
- * Sentinels name now: it listens to {@code +switch-master} on every Sentinel, drops its idle
- * connections to the old master and refuses to hand out one to an old master. Since every
- * command borrows a connection for its round trip, and every wait borrows one of its own, the
- * next command and every new wait after a failover go to the new master. A wait blocked on the
- * old master is ended (a {@code DLockConnectionException}) at the next command or renewal round
- * after the pool heard of the switch.
  */
 @SuppressWarnings("deprecation") // JedisPool, JedisSentinelPool: deprecated in Jedis 7 but what most applications have
 public final class JedisTransport implements Transport {
@@ -73,6 +64,14 @@ public final class JedisTransport implements Transport {
      * A transport on the master that Sentinel names, through the application's pool (its master
      * name, Sentinels, and client configurations for the master and for the Sentinels: auth, TLS,
      * timeouts).
+     *
+     * <p>A {@link JedisSentinelPool} hands out connections to the master its Sentinels name now:
+     * it listens to {@code +switch-master} on every Sentinel, drops its idle connections to the
+     * old master and never hands out one to an old master. Since every command borrows a
+     * connection for its round trip, and every wait borrows one of its own, the next command and
+     * every new wait after a failover go to the new master. A wait blocked on the old master is
+     * ended (a {@code DLockConnectionException}) at the next command or renewal round after the
+     * pool heard of the switch.
      *
      * @param pool the application's Sentinel pool (left open by {@link #close()})
      * @return the transport
