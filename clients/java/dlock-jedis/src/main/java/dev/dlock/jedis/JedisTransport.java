@@ -70,7 +70,7 @@ public final class JedisTransport implements Transport {
      * old master and never hands out one to an old master. Since every command borrows a
      * connection for its round trip, and every wait borrows one of its own, the next command and
      * every new wait after a failover go to the new master. A wait blocked on the old master is
-     * ended (a {@code DLockConnectionException}) at the next command or renewal round after the
+     * ended (a {@code DLockConnectionException}) at the next command, renewal round or new wait after the
      * pool heard of the switch.
      *
      * @param pool the application's Sentinel pool (left open by {@link #close()})
@@ -131,7 +131,7 @@ public final class JedisTransport implements Transport {
     /**
      * With Sentinel: ends the waits blocked on a server that is no longer the master the pool
      * follows (the old master, until the Sentinel demotes it, could still grant them). Checked at
-     * every command and renewal round, since the pool tells nobody of a switch.
+     * every command, renewal round and new wait, since the pool tells nobody of a switch.
      */
     private void endWaitsOffMaster() {
         if (sentinelPool == null || busy.isEmpty()) {
@@ -197,6 +197,7 @@ public final class JedisTransport implements Transport {
 
     @Override
     public BlockingConnection openBlocking(byte[] routingKey) {
+        endWaitsOffMaster();
         // Read before the borrow (which hands out a connection to the master of that moment): a
         // switch in between marks a connection to the new master as one to the old, which only
         // ends its wait early, never the reverse.
