@@ -1,7 +1,9 @@
 //! The client against a Redis Cluster of three masters: locks on keys of
 //! every shard (hash tags choose the slot), renewals across shards, a
-//! blocking wait and its cancellation routed to the right node, and a
-//! multi-lock whose keys share a slot.
+//! blocking wait and its cancellation routed to the right node, a
+//! multi-lock whose keys share a slot, and no lock command sent twice when
+//! a connection breaks before its reply (R5.1), through a proxy the master
+//! announces as its address.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -9,7 +11,12 @@ mod support;
 
 use std::net::TcpListener;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
 
 use common::Server;
 use dlock_client::Error;
@@ -85,6 +92,34 @@ impl Cluster {
     /// A connection to the node serving `key`, and that node's port.
     fn node_of(&self, key: &str) -> common::Connection {
         self.serving(key).1
+    }
+
+    /// Makes the master on `port` announce `announced` as its port (in
+    /// CLUSTER SLOTS and redirections), and waits until every node says so.
+    fn announce_port(&self, port: u16, announced: u16) {
+        let node = self.nodes.iter().find(|n| n.port == port).expect("a node");
+        let mut conn = node.connect();
+        common::cmd(
+            &mut conn,
+            &[
+                "CONFIG",
+                "SET",
+                "cluster-announce-port",
+                &announced.to_string(),
+            ],
+        )
+        .expect("CONFIG SET cluster-announce-port");
+        let address = format!("127.0.0.1:{announced}@");
+        for node in &self.nodes {
+            let mut conn = node.connect();
+            common::wait_until("every node knows the announced port", || {
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                nodes.contains(&address)
+            });
+        }
     }
 
     fn serving(&self, key: &str) -> (u16, common::Connection) {
@@ -213,4 +248,208 @@ async fn locks_on_every_shard_with_hash_tags() {
             "the server has no DLOCK.MACQUIRE yet",
         );
     }
+}
+
+/// A TCP proxy on loopback in front of one node. Armed with a marker, it
+/// forwards the next command that contains it, then waits for its reply
+/// (or for `cut`) and closes both sides without relaying that reply: the
+/// server ran the command, the client cannot know. It counts the commands
+/// with the marker it forwarded.
+struct CuttingProxy {
+    port: u16,
+    state: Arc<ProxyState>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+struct ProxyState {
+    marker: Mutex<Vec<u8>>,
+    armed: AtomicBool,
+    seen: AtomicUsize,
+    cut: Notify,
+}
+
+/// Connections the proxy serves at once, at most.
+const PROXY_CONNECTIONS: usize = 64;
+
+impl CuttingProxy {
+    async fn start(target: u16) -> CuttingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let state = Arc::new(ProxyState {
+            marker: Mutex::new(Vec::new()),
+            armed: AtomicBool::new(false),
+            seen: AtomicUsize::new(0),
+            cut: Notify::new(),
+        });
+        let accept = tokio::spawn({
+            let state = state.clone();
+            async move {
+                // Dropped with the accept task: every connection ends too.
+                let mut connections = tokio::task::JoinSet::new();
+                while let Ok((client, _)) = listener.accept().await {
+                    while connections.try_join_next().is_some() {}
+                    if connections.len() < PROXY_CONNECTIONS {
+                        connections.spawn(relay(client, target, state.clone()));
+                    }
+                }
+            }
+        });
+        CuttingProxy {
+            port,
+            state,
+            accept,
+        }
+    }
+
+    /// Cuts the connection of the next command containing `marker`; counts
+    /// those commands from zero.
+    fn arm(&self, marker: &str) {
+        *self.state.marker.lock().unwrap() = marker.as_bytes().to_vec();
+        self.state.seen.store(0, Ordering::SeqCst);
+        self.state.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Commands containing the marker forwarded since `arm`.
+    fn seen(&self) -> usize {
+        self.state.seen.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for CuttingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn relay(client: tokio::net::TcpStream, target: u16, state: Arc<ProxyState>) {
+    let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+        return;
+    };
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let mut request = vec![0u8; 16 * 1024];
+    let mut reply = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            read = from_client.read(&mut request) => {
+                let n = match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let chunk = &request[..n];
+                let marked = {
+                    let marker = state.marker.lock().unwrap();
+                    !marker.is_empty() && chunk.windows(marker.len()).any(|w| w == marker.as_slice())
+                };
+                if marked {
+                    state.seen.fetch_add(1, Ordering::SeqCst);
+                }
+                if to_server.write_all(chunk).await.is_err() {
+                    return;
+                }
+                if marked && state.armed.swap(false, Ordering::SeqCst) {
+                    // The server runs it; its reply (or the test's signal,
+                    // for a command that blocks) ends the connection.
+                    tokio::select! {
+                        _ = from_server.read(&mut reply) => {}
+                        _ = state.cut.notified() => {}
+                    }
+                    return;
+                }
+            }
+            read = from_server.read(&mut reply) => {
+                let n = match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if to_client.write_all(&reply[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The re-entry count of `key`'s exclusive holder (0 when not held).
+fn holds(conn: &mut common::Connection, key: &str) -> i64 {
+    match common::info(conn, key) {
+        None => 0,
+        Some(_) => common::info_int(conn, key, "holds"),
+    }
+}
+
+/// R5.1 and R5.3 in a Cluster: a lock command whose connection breaks after
+/// it reached the server is never sent again; the caller gets the
+/// connection error, and an acquire of a generated owner is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_never_followed_by_a_second_send() {
+    let cluster = Cluster::start();
+    let key = "{cut}:lock";
+    let (port, mut direct) = cluster.serving(key);
+    let proxy = CuttingProxy::start(port).await;
+    cluster.announce_port(port, proxy.port);
+    let dlock = dlock_client::Client::cluster(cluster.urls()).await.unwrap();
+
+    // An immediate acquire: granted once by the server, reply lost.
+    proxy.arm("DLOCK.ACQUIRE");
+    let attempt = dlock.lock(key).acquire().await;
+    assert!(
+        matches!(&attempt, Err(error) if error.is_connection_error()),
+        "a connection error, not a second grant: {attempt:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "DLOCK.ACQUIRE sent once");
+    // R5.3: the generated owner was released before the error came back.
+    assert_eq!(holds(&mut direct, key), 0, "no hold left");
+
+    // A re-entrant release: exactly one of the two holds given back.
+    let outer = dlock.lock(key).owner("job-7").acquire().await.unwrap();
+    let inner = dlock.lock(key).owner("job-7").acquire().await.unwrap();
+    assert_eq!(holds(&mut direct, key), 2);
+    proxy.arm("DLOCK.RELEASE");
+    let released = inner.release().await;
+    assert!(
+        matches!(&released, Err(error) if error.is_connection_error()),
+        "a connection error: {released:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "DLOCK.RELEASE sent once");
+    assert_eq!(holds(&mut direct, key), 1, "the outer hold remains");
+
+    // A blocking acquire on its own connection, cut while it waits.
+    proxy.arm("DLOCK.ACQUIRE");
+    let waiter = tokio::spawn({
+        let dlock = dlock.clone();
+        async move {
+            dlock
+                .lock(key)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    eventually("the wait is queued", Duration::from_secs(5), || {
+        common::waiting(&mut direct, key) == 1
+    })
+    .await;
+    proxy.state.cut.notify_one();
+    let waited = waiter.await.unwrap();
+    assert!(
+        matches!(&waited, Err(error) if error.is_connection_error()),
+        "a connection error: {waited:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "the blocking DLOCK.ACQUIRE sent once");
+    eventually(
+        "the closed connection's wait leaves the queue",
+        Duration::from_secs(5),
+        || common::waiting(&mut direct, key) == 0,
+    )
+    .await;
+    assert_eq!(
+        common::info_owner(&mut direct, key).as_deref(),
+        Some(&b"job-7"[..])
+    );
+    assert_eq!(holds(&mut direct, key), 1);
+    outer.release().await.unwrap();
+    assert_eq!(holds(&mut direct, key), 0);
 }
