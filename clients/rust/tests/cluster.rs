@@ -250,6 +250,83 @@ async fn locks_on_every_shard_with_hash_tags() {
     }
 }
 
+fn setslot(conn: &mut common::Connection, slot: i64, state: &str, node: &str) {
+    let slot = slot.to_string();
+    common::cmd(conn, &["CLUSTER", "SETSLOT", &slot, state, node])
+        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state}: {e}"));
+}
+
+fn node_id(conn: &mut common::Connection) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(conn)
+        .expect("CLUSTER MYID")
+}
+
+/// The client follows a slot that moves to another master (the redis
+/// crate's retries, which would follow redirections, are off): `ASK`
+/// while the slot migrates, then `MOVED` for every command and for the
+/// watchdog's renewals once it has moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_ask_and_moved_while_a_slot_moves() {
+    let cluster = Cluster::start();
+    let dlock = dlock_client::Client::cluster(cluster.urls()).await.unwrap();
+    let (held, fresh) = ("{move}:held", "{move}:fresh");
+    let (source_port, mut source) = cluster.serving(held);
+    let target_port = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|&port| port != source_port)
+        .expect("another master");
+    let target_node = cluster.nodes.iter().find(|n| n.port == target_port);
+    let mut target = target_node.expect("the target").connect();
+    let slot = common::int(&mut source, &["CLUSTER", "KEYSLOT", held]);
+    let (source_id, target_id) = (node_id(&mut source), node_id(&mut target));
+
+    let lease = Duration::from_millis(500);
+    let guard = dlock.lock(held).lease(lease).acquire().await.unwrap();
+    setslot(&mut target, slot, "IMPORTING", &source_id);
+    setslot(&mut source, slot, "MIGRATING", &target_id);
+
+    // A lock the source does not have: ASK, then ASKING on the target.
+    let asked = dlock.lock(fresh).acquire().await.unwrap();
+    common::cmd(&mut target, &["ASKING"]).unwrap();
+    assert_eq!(
+        common::info_owner(&mut target, fresh).as_deref(),
+        Some(asked.owner()),
+        "granted on the importing master"
+    );
+
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target_port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(held)
+        .query(&mut source)
+        .expect("MIGRATE");
+    for node in &cluster.nodes {
+        setslot(&mut node.connect(), slot, "NODE", &target_id);
+    }
+
+    // MOVED: the renewals follow the slot (two leases pass) ...
+    tokio::time::sleep(lease * 2).await;
+    assert!(guard.is_held(), "renewed on the new master");
+    assert_eq!(
+        common::info_int(&mut target, held, "token") as u64,
+        guard.token()
+    );
+    // ... and so do acquires and releases.
+    assert!(matches!(dlock.lock(held).acquire().await, Err(Error::Busy)));
+    guard.release().await.unwrap();
+    asked.release().await.unwrap();
+    assert!(common::info(&mut target, held).is_none());
+    assert!(common::info(&mut target, fresh).is_none());
+}
+
 /// A TCP proxy on loopback in front of one node. Armed with a marker, it
 /// forwards the next command that contains it, then waits for its reply
 /// (or for `cut`) and closes both sides without relaying that reply: the
