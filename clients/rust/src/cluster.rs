@@ -207,3 +207,64 @@ pub(crate) async fn pipeline(
         attempt += 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply_error(reply: &str) -> RedisError {
+        let value = redis::parse_redis_value(reply.as_bytes()).expect("a RESP error");
+        value.extract_error().expect_err("an error reply")
+    }
+
+    /// Only the replies that prove a command did not run allow a re-send of
+    /// a lock command; an ASK names its node.
+    #[test]
+    fn redirections_and_refusals_prove_a_command_did_not_run() {
+        assert_eq!(
+            not_run(&reply_error("-ASK 3999 127.0.0.1:6381\r\n")),
+            Some(Node::Asked {
+                host: "127.0.0.1".into(),
+                port: 6381
+            })
+        );
+        for reply in [
+            "-MOVED 3999 127.0.0.1:6381\r\n",
+            "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+        ] {
+            assert_eq!(not_run(&reply_error(reply)), Some(Node::OfSlot), "{reply}");
+        }
+        for reply in [
+            "-NOTOWNER not held\r\n",
+            "-READONLY replica\r\n",
+            "-LOADING\r\n",
+        ] {
+            assert_eq!(not_run(&reply_error(reply)), None, "{reply}");
+        }
+        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(not_run(&dropped), None);
+    }
+
+    /// A connection error ends a lock command at once; an idempotent one is
+    /// sent again, until the attempts run out.
+    #[tokio::test]
+    async fn a_connection_error_is_retried_only_for_idempotent_commands() {
+        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(next_node(&dropped, Resend::IfNotRun, 1).await, None);
+        assert_eq!(
+            next_node(&dropped, Resend::Idempotent, 1).await,
+            Some(Node::OfSlot)
+        );
+        assert_eq!(
+            next_node(&dropped, Resend::Idempotent, ATTEMPTS).await,
+            None
+        );
+        let moved = reply_error("-MOVED 3999 127.0.0.1:6381\r\n");
+        assert_eq!(
+            next_node(&moved, Resend::IfNotRun, 1).await,
+            Some(Node::OfSlot)
+        );
+        assert_eq!(next_node(&moved, Resend::IfNotRun, ATTEMPTS).await, None);
+    }
+}
