@@ -211,9 +211,8 @@ async fn locks_on_every_shard_with_hash_tags() {
     // to the node of the key).
     let attempt = dlock.lock(&keys[5]).wait_forever().acquire();
     let started = Instant::now();
-    assert!(tokio::time::timeout(Duration::from_millis(300), attempt)
-        .await
-        .is_err());
+    let outcome = tokio::time::timeout(Duration::from_millis(300), attempt).await;
+    assert!(outcome.is_err(), "the wait ended by itself: {outcome:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
     let mut node = cluster.node_of(&keys[5]);
     eventually(
