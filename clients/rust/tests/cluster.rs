@@ -11,16 +11,11 @@ mod support;
 
 use std::net::TcpListener;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::Notify;
 
 use common::Server;
 use dlock_client::Error;
-use support::{eventually, has_command, skip};
+use support::{eventually, has_command, skip, CuttingProxy};
 
 struct Cluster {
     nodes: Vec<Server>,
@@ -326,128 +321,6 @@ async fn follows_ask_and_moved_while_a_slot_moves() {
     assert!(common::info(&mut target, fresh).is_none());
 }
 
-/// A TCP proxy on loopback in front of one node. Armed with a marker, it
-/// forwards the next command that contains it, then waits for its reply
-/// (or for `cut`) and closes both sides without relaying that reply: the
-/// server ran the command, the client cannot know. It counts the commands
-/// with the marker it forwarded.
-struct CuttingProxy {
-    port: u16,
-    state: Arc<ProxyState>,
-    accept: tokio::task::JoinHandle<()>,
-}
-
-struct ProxyState {
-    marker: Mutex<Vec<u8>>,
-    armed: AtomicBool,
-    seen: AtomicUsize,
-    cut: Notify,
-}
-
-/// Connections the proxy serves at once, at most.
-const PROXY_CONNECTIONS: usize = 64;
-
-impl CuttingProxy {
-    async fn start(target: u16) -> CuttingProxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the proxy");
-        let port = listener.local_addr().expect("proxy address").port();
-        let state = Arc::new(ProxyState {
-            marker: Mutex::new(Vec::new()),
-            armed: AtomicBool::new(false),
-            seen: AtomicUsize::new(0),
-            cut: Notify::new(),
-        });
-        let accept = tokio::spawn({
-            let state = state.clone();
-            async move {
-                // Dropped with the accept task: every connection ends too.
-                let mut connections = tokio::task::JoinSet::new();
-                while let Ok((client, _)) = listener.accept().await {
-                    while connections.try_join_next().is_some() {}
-                    if connections.len() < PROXY_CONNECTIONS {
-                        connections.spawn(relay(client, target, state.clone()));
-                    }
-                }
-            }
-        });
-        CuttingProxy {
-            port,
-            state,
-            accept,
-        }
-    }
-
-    /// Cuts the connection of the next command containing `marker`; counts
-    /// those commands from zero.
-    fn arm(&self, marker: &str) {
-        *self.state.marker.lock().unwrap() = marker.as_bytes().to_vec();
-        self.state.seen.store(0, Ordering::SeqCst);
-        self.state.armed.store(true, Ordering::SeqCst);
-    }
-
-    /// Commands containing the marker forwarded since `arm`.
-    fn seen(&self) -> usize {
-        self.state.seen.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for CuttingProxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
-}
-
-async fn relay(client: tokio::net::TcpStream, target: u16, state: Arc<ProxyState>) {
-    let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
-        return;
-    };
-    let (mut from_client, mut to_client) = client.into_split();
-    let (mut from_server, mut to_server) = server.into_split();
-    let mut request = vec![0u8; 16 * 1024];
-    let mut reply = vec![0u8; 16 * 1024];
-    loop {
-        tokio::select! {
-            read = from_client.read(&mut request) => {
-                let n = match read {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                let chunk = &request[..n];
-                let marked = {
-                    let marker = state.marker.lock().unwrap();
-                    !marker.is_empty() && chunk.windows(marker.len()).any(|w| w == marker.as_slice())
-                };
-                if marked {
-                    state.seen.fetch_add(1, Ordering::SeqCst);
-                }
-                if to_server.write_all(chunk).await.is_err() {
-                    return;
-                }
-                if marked && state.armed.swap(false, Ordering::SeqCst) {
-                    // The server runs it; its reply (or the test's signal,
-                    // for a command that blocks) ends the connection.
-                    tokio::select! {
-                        _ = from_server.read(&mut reply) => {}
-                        _ = state.cut.notified() => {}
-                    }
-                    return;
-                }
-            }
-            read = from_server.read(&mut reply) => {
-                let n = match read {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                if to_client.write_all(&reply[..n]).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// The re-entry count of `key`'s exclusive holder (0 when not held).
 fn holds(conn: &mut common::Connection, key: &str) -> i64 {
     match common::info(conn, key) {
@@ -508,7 +381,7 @@ async fn a_lost_reply_is_never_followed_by_a_second_send() {
         common::waiting(&mut direct, key) == 1
     })
     .await;
-    proxy.state.cut.notify_one();
+    proxy.cut();
     let waited = waiter.await.unwrap();
     assert!(
         matches!(&waited, Err(error) if error.is_connection_error()),
