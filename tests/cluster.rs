@@ -685,6 +685,7 @@ fn locks_spread_over_every_master_and_other_nodes_answer_moved() {
         vec!["DLOCK.RENEW", key, "owner-0", "1000"],
         vec!["DLOCK.INFO", key],
         vec!["DLOCK.FAIR", key, "intruder", "1000"],
+        vec!["DLOCK.WATCH", key, "0", "100"],
     ] {
         assert_eq!(moved(&mut wrong, &args), (slot, home_address.clone()));
     }
@@ -703,6 +704,12 @@ fn locks_spread_over_every_master_and_other_nodes_answer_moved() {
     let on_replica = view(&mut replica, key).expect("the replica serves DLOCK.INFO");
     assert_eq!(on_replica.owner.as_deref(), Some("owner-0"));
     assert_eq!((on_replica.holds, on_replica.token), (1, tokens[key]));
+    // A follower may watch the replica: a token it does not know there is
+    // answered at once with the holder (DLOCK.WATCH is read-only).
+    match exec(&mut replica, &["DLOCK.WATCH", key, "0", "100"]).unwrap() {
+        Value::Array(state) => assert_eq!(state[0], Value::Int(tokens[key])),
+        other => panic!("DLOCK.WATCH on the replica replied {other:?}"),
+    }
     let mut home_master = cluster.node(home.master);
     let lock = view(&mut home_master, key).unwrap();
     assert_eq!(lock.hold(), (Some("owner-0".to_string()), 1, tokens[key]));

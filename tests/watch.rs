@@ -297,6 +297,15 @@ fn multi_and_scripts_never_block() {
     assert_eq!(same, Value::Nil);
     let differs = cmd(&mut conn, &["EVAL", script, "1", "job", "0"]).unwrap();
     assert_held(state(differs), token, "alice", 60_000);
+    // A function is run like a script: it never blocks either.
+    let library = "#!lua name=watchlib\n\
+        redis.register_function('watch_it', function(keys, args) \
+        return redis.call('DLOCK.WATCH', keys[1], args[1], '0') end)";
+    cmd(&mut conn, &["FUNCTION", "LOAD", library]).unwrap();
+    let same = cmd(&mut conn, &["FCALL", "watch_it", "1", "job", &t]).unwrap();
+    assert_eq!(same, Value::Nil);
+    let differs = cmd(&mut conn, &["FCALL", "watch_it", "1", "job", "0"]).unwrap();
+    assert_held(state(differs), token, "alice", 60_000);
     assert_eq!(watchers(&mut conn), 0);
     assert_eq!(info_number(&mut conn, "clients", "blocked_clients"), 0);
 }

@@ -81,8 +81,8 @@ pub struct Config {
     pub server_label: String,
     /// Whether the hot-path goals are judged against the floor module (on
     /// Redis 7.0, where the module API's own cost is the ceiling) or
-    /// against SET NX PX (on servers whose module API costs less: Redis
-    /// 8, Valkey 9), as issue 27 restates them.
+    /// against SET NX PX (on Redis 8 and Valkey 9), as issue 27 restates
+    /// them.
     pub floor_goals: bool,
 }
 
@@ -406,9 +406,9 @@ fn run() -> Res<()> {
         step("14: instructions per command (callgrind)");
         sections.push(scenarios::instructions::run(&config)?);
     }
-    // Scenarios 1, 2 and 8 again on the newer servers dlock is tested on,
-    // whose module API costs less (issue 27): `make bench` passes their
-    // paths (scripts/fetch-redis8.sh, scripts/fetch-valkey.sh).
+    // Scenarios 1, 2 and 8 again on the newer servers dlock is tested on
+    // (issue 27): `make bench` passes their paths (scripts/fetch-redis8.sh,
+    // scripts/fetch-valkey.sh).
     for (label, var) in [
         ("Redis 8.0", "DLOCK_BENCH_REDIS8"),
         ("Valkey 9", "DLOCK_BENCH_VALKEY"),

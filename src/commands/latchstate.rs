@@ -14,7 +14,8 @@
 //! AOF. Replies: `OK`. Errors: `ERR DLOCK.LATCHSTATE is internal`, arity,
 //! `ERR invalid lock state`, `ERR syntax error`, `WRONGTYPE`.
 
-use super::parser::{is_keyword, parse_i64, ArgCursor, ArgSource};
+use super::parser::{is_keyword, ArgCursor, ArgSource};
+use super::setstate::number;
 use super::{CommandError, CommandResult};
 use crate::lock::latch::{Latch, MAX_LATCH_COUNT};
 use crate::lock::MAX_TOKEN;
@@ -72,13 +73,6 @@ impl LatchState {
         ctx.reply_ok();
         Ok(())
     }
-}
-
-fn number(text: &[u8], min: u64, max: u64) -> Result<u64, CommandError> {
-    parse_i64(text)
-        .and_then(|value| u64::try_from(value).ok())
-        .filter(|value| (min..=max).contains(value))
-        .ok_or(CommandError::InvalidState)
 }
 
 /// Command entry: `DLOCK.LATCHSTATE key SET|OPEN ...`.

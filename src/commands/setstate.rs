@@ -196,7 +196,9 @@ fn weight<'a>(
     }
 }
 
-fn number(text: &[u8], min: u64, max: u64) -> Result<u64, CommandError> {
+/// A field of a replicated state command: an integer in `min..=max`, else
+/// `InvalidState` (DLOCK.LATCHSTATE reads its fields the same way).
+pub(super) fn number(text: &[u8], min: u64, max: u64) -> Result<u64, CommandError> {
     parse_i64(text)
         .and_then(|value| u64::try_from(value).ok())
         .filter(|value| (min..=max).contains(value))

@@ -15,8 +15,9 @@ use redis_module::raw;
 use super::boxes::{self, on_main_thread};
 use super::ffi::{api, KeyName};
 use super::stats::{self, Event};
+use super::typeio::{guarded, RdbIo};
 use super::{audit, orphans, scheduler, tokens, watchers};
-use crate::lock::codec::{self, reservations, Sink, Source};
+use crate::lock::codec::{self, reservations};
 use crate::lock::{Hold, Lock, Mode, MAX_TOKEN};
 
 /// Records Redis's main thread and declares the module's options; called
@@ -121,12 +122,6 @@ unsafe extern "C" fn no_defrag_callbacks(
     raw::REDISMODULE_OK as c_int
 }
 
-/// Runs a callback body, turning a panic into `fallback` (a panic unwinding
-/// into Redis would abort the server).
-fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
-}
-
 /// Borrows the lock behind a value pointer Redis handed to a type callback.
 ///
 /// # Safety
@@ -135,31 +130,6 @@ fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 unsafe fn lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
     // SAFETY: guaranteed by the caller.
     unsafe { value.cast::<Lock>().as_ref() }
-}
-
-/// Redis's RDB I/O as a codec source and sink.
-struct RdbIo(*mut raw::RedisModuleIO);
-
-impl Source for RdbIo {
-    fn unsigned(&mut self) -> Option<u64> {
-        raw::load_unsigned(self.0).ok()
-    }
-
-    fn buffer(&mut self) -> Option<Box<[u8]>> {
-        raw::load_string_buffer(self.0)
-            .ok()
-            .map(|buffer| buffer.as_ref().into())
-    }
-}
-
-impl Sink for RdbIo {
-    fn unsigned(&mut self, value: u64) {
-        raw::save_unsigned(self.0, value);
-    }
-
-    fn buffer(&mut self, bytes: &[u8]) {
-        raw::save_slice(self.0, bytes);
-    }
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {

@@ -17,8 +17,8 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::ffi::{api, Ctx, KeyName};
+use super::typeio::{guarded, RdbIo};
 use crate::commands::CommandError;
-use crate::lock::codec::{Sink, Source};
 use crate::lock::latch::{self, Latch};
 use crate::lock::WaiterId;
 
@@ -213,11 +213,6 @@ fn to_long_long(value: u64) -> c_longlong {
     c_longlong::try_from(value).unwrap_or(c_longlong::MAX)
 }
 
-/// Runs a callback body, turning a panic into `fallback`.
-fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
-}
-
 /// Borrows the latch behind a value pointer Redis handed to a type callback.
 ///
 /// # Safety
@@ -226,30 +221,6 @@ fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 unsafe fn latch_ref<'a>(value: *mut c_void) -> Option<&'a Latch> {
     // SAFETY: guaranteed by the caller.
     unsafe { value.cast::<Latch>().as_ref() }
-}
-
-struct RdbIo(*mut raw::RedisModuleIO);
-
-impl Source for RdbIo {
-    fn unsigned(&mut self) -> Option<u64> {
-        raw::load_unsigned(self.0).ok()
-    }
-
-    fn buffer(&mut self) -> Option<Box<[u8]>> {
-        raw::load_string_buffer(self.0)
-            .ok()
-            .map(|buffer| buffer.as_ref().into())
-    }
-}
-
-impl Sink for RdbIo {
-    fn unsigned(&mut self, value: u64) {
-        raw::save_unsigned(self.0, value);
-    }
-
-    fn buffer(&mut self, bytes: &[u8]) {
-        raw::save_slice(self.0, bytes);
-    }
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {

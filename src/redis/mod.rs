@@ -24,6 +24,7 @@ pub mod scheduler;
 pub mod stats;
 pub mod timeouts;
 pub mod tokens;
+mod typeio;
 pub mod upkeep;
 pub mod waiters;
 mod wakeup;

@@ -235,6 +235,9 @@ pub fn run(config: &Config) -> Res<Section> {
          are not its own (scenario 8 measures it alone)."
             .into(),
     );
+    section
+        .notes
+        .extend(super::redis8_ceiling_note(&config.server_label));
     section.commands = vec![format!(
         "target/release/dlock-bench --only 2   # {CONNECTIONS} connections x batches of 16 pairs (or 1 command at a time), k = pair:<pipeline>:<case>:<round>:<connection>:<n>, o = owner-<connection>"
     )];

@@ -305,6 +305,8 @@ struct RunResult {
     write_waits: Vec<f64>,
     /// The most holders seen at once.
     most_holders: i64,
+    /// Mean time from a grant's arrival to its release being sent, in ms.
+    mean_hold_ms: f64,
 }
 
 impl RunResult {
@@ -349,7 +351,8 @@ fn run_once(
     };
     let ready = Barrier::new(clients + 1);
     let go = Barrier::new(clients + 1);
-    type Waits = (Vec<f64>, Vec<f64>);
+    // Read waits, write waits, and the sum of the hold times (ms).
+    type Waits = (Vec<f64>, Vec<f64>, f64);
     let results: Vec<Res<Waits>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|index| {
@@ -362,6 +365,7 @@ fn run_once(
                     let deadline = *shared.deadline.get().ok_or("no deadline")?;
                     let mut rng = Rng::new(seed * 1000 + index as u64 + 1);
                     let (mut read_waits, mut write_waits) = (Vec::new(), Vec::new());
+                    let mut held_ms = 0.0;
                     while Instant::now() < deadline {
                         let write = workload == Workload::ReadWrite && rng.below(WRITE_ONE_IN) == 0;
                         let start = Instant::now();
@@ -395,9 +399,10 @@ fn run_once(
                         } else {
                             shared.readers.fetch_sub(1, Ordering::SeqCst);
                         }
+                        held_ms += as_ms(granted.elapsed());
                         client.release(write)?;
                     }
-                    Ok((read_waits, write_waits))
+                    Ok((read_waits, write_waits, held_ms))
                 })
             })
             .collect();
@@ -413,10 +418,13 @@ fn run_once(
             .collect()
     });
     let (mut read_waits, mut write_waits) = (Vec::new(), Vec::new());
+    let (mut held_ms, mut holds) = (0.0, 0usize);
     for result in results {
-        let (reads, writes) = result?;
+        let (reads, writes, held) = result?;
+        holds += reads.len() + writes.len();
         read_waits.extend(reads);
         write_waits.extend(writes);
+        held_ms += held;
     }
     let violations = shared.violations.load(Ordering::SeqCst);
     if violations > 0 {
@@ -434,6 +442,7 @@ fn run_once(
         read_waits,
         write_waits,
         most_holders: shared.most.load(Ordering::SeqCst),
+        mean_hold_ms: held_ms / holds.max(1) as f64,
     })
 }
 
@@ -639,6 +648,28 @@ pub fn run(config: &Config, read_write: bool, semaphore: bool) -> Res<Vec<Sectio
             SEM_RATE,
             paired(&runs, RunResult::rate),
             2.0,
+        ));
+        // The most any semaphore can grant: every permit busy all the time,
+        // each grant held as long as this run measured.
+        let hold_ms = median(
+            &runs
+                .iter()
+                .flatten()
+                .map(|r| r.mean_hold_ms)
+                .collect::<Vec<_>>(),
+        );
+        let ceiling = LIMIT as f64 / hold_ms * 1000.0;
+        section.targets.push(Target::context(
+            "semaphore: acquisitions/s, dlock / the ceiling (8 permits always busy at the measured hold)",
+            median_of(&runs[0], RunResult::rate) / ceiling,
+        ));
+        section.notes.push(format!(
+            "The ceiling: {LIMIT} permits, each grant held {hold_ms:.3} ms (the mean measured \
+             from a grant's arrival to its release being sent), allow at most {} \
+             acquisitions/s, however fast the hand-off. A rate of 2x Redisson's needs its \
+             algorithm below half of that, {}/s.",
+            thousands(ceiling),
+            thousands(ceiling / 2.0)
         ));
         section.commands = vec![
             "target/release/dlock-bench --only 10   # per client, in a loop until the run ends:".into(),

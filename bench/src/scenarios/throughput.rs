@@ -183,6 +183,9 @@ pub fn run(config: &Config) -> Res<(Section, String)> {
          16 the commands' own cost shows."
             .into(),
     );
+    section
+        .notes
+        .extend(super::redis8_ceiling_note(&config.server_label));
     section.commands = commands;
     let server_command = server.command_line.clone();
     Ok((section, server_command))

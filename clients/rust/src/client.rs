@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 
+use crate::cluster;
 use crate::conn::{Opener, Pool, Shared};
 use crate::watchdog::Watchdog;
 use crate::{Election, Error, Latch, LockBuilder, Result};
@@ -261,22 +262,29 @@ impl Client {
     pub async fn cluster<T: IntoConnectionInfo>(
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<Client> {
-        let client = redis::cluster::ClusterClient::new(nodes)?;
-        Client::from_cluster(client, Config::default()).await
+        let builder = redis::cluster::ClusterClientBuilder::new(nodes);
+        Client::from_cluster(builder, Config::default()).await
     }
 
-    /// Wraps a [`redis::cluster::ClusterClient`].
+    /// Connects to a Redis Cluster set up with a
+    /// [`redis::cluster::ClusterClientBuilder`] (credentials, TLS, timeouts).
+    /// The client turns the builder's retries off (`retries(0)`): the redis
+    /// crate would re-send a lock command after a connection error, when it
+    /// may have run already. The client itself follows `MOVED` and `ASK`,
+    /// and waits out `TRYAGAIN` and `CLUSTERDOWN`.
     ///
     /// ```no_run
     /// # async fn demo() -> dlock_client::Result<()> {
-    /// let cluster = redis::cluster::ClusterClient::new(vec!["redis://127.0.0.1:7000/"]).unwrap();
-    /// let dlock = dlock_client::Client::from_cluster(cluster, dlock_client::Config::default()).await?;
+    /// let builder = redis::cluster::ClusterClientBuilder::new(vec!["redis://127.0.0.1:7000/"])
+    ///     .password("secret");
+    /// let dlock = dlock_client::Client::from_cluster(builder, dlock_client::Config::default()).await?;
     /// # let _ = dlock; Ok(()) }
     /// ```
     pub async fn from_cluster(
-        client: redis::cluster::ClusterClient,
+        builder: redis::cluster::ClusterClientBuilder,
         config: Config,
     ) -> Result<Client> {
+        let client = cluster::build(builder)?;
         Client::start(Opener::Cluster(Box::new(client)), config).await
     }
 

@@ -2,16 +2,17 @@
 //! acquires) and the dedicated ones that blocking waits borrow from a pool.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, Value};
 
 use crate::client::Inner;
+use crate::cluster::{self, Resend};
 use crate::Config;
 
 /// Where the client connects: one server (or a master behind a proxy), or a
@@ -28,15 +29,6 @@ pub(crate) enum Opener {
 pub(crate) enum Shared {
     Standalone(ConnectionManager),
     Cluster(ClusterConnection),
-}
-
-/// The route of a command on `key` to the master serving its slot.
-pub(crate) fn route_of(key: &[u8]) -> Route {
-    Route::with_key(key, SlotAddr::Master)
-}
-
-fn routing_of(key: &[u8]) -> RoutingInfo {
-    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route_of(key)))
 }
 
 impl Opener {
@@ -106,24 +98,34 @@ impl Opener {
 }
 
 impl Shared {
-    /// Runs `cmd`, which acts on `key`, on the master of `key`.
+    /// Runs `cmd`, which acts on `key`, on the master of `key`. Never sent
+    /// twice after it may have reached the server (R5.1): on one server the
+    /// connection manager reconnects but does not re-send; in a Cluster it
+    /// is sent again only after a redirection or a refusal (`TRYAGAIN`).
     pub(crate) async fn run(&self, key: &[u8], cmd: &Cmd) -> RedisResult<Value> {
+        self.run_with(key, cmd, Resend::IfNotRun).await
+    }
+
+    /// Runs an idempotent command (`DLOCK.INFO`, `CLIENT UNBLOCK`): in a
+    /// Cluster it is also sent again after a connection error (R5.2).
+    pub(crate) async fn run_idempotent(&self, key: &[u8], cmd: &Cmd) -> RedisResult<Value> {
+        self.run_with(key, cmd, Resend::Idempotent).await
+    }
+
+    async fn run_with(&self, key: &[u8], cmd: &Cmd, resend: Resend) -> RedisResult<Value> {
         match self {
             Shared::Standalone(manager) => cmd.query_async(&mut manager.clone()).await,
-            Shared::Cluster(conn) => {
-                conn.clone()
-                    .route_command(cmd.clone(), routing_of(key))
-                    .await
-            }
+            Shared::Cluster(conn) => cluster::run(&mut conn.clone(), key, cmd, resend).await,
         }
     }
 
-    /// Sends `pipe` (all its commands on keys of one slot) and returns one
-    /// reply per command, errors included as `Value::ServerError`.
-    pub(crate) async fn pipeline(&self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
+    /// Sends `pipe`, idempotent commands (renewals) all on keys of `key`'s
+    /// slot, and returns one reply per command, errors included as
+    /// `Value::ServerError`.
+    pub(crate) async fn pipeline(&self, key: &[u8], pipe: &Pipeline) -> RedisResult<Vec<Value>> {
         let reply: Value = match self {
             Shared::Standalone(manager) => pipe.query_async(&mut manager.clone()).await?,
-            Shared::Cluster(conn) => pipe.query_async(&mut conn.clone()).await?,
+            Shared::Cluster(conn) => return cluster::pipeline(&mut conn.clone(), key, pipe).await,
         };
         match reply {
             Value::Array(items) => Ok(items),
@@ -179,10 +181,10 @@ fn is_ping_echo(value: &Value) -> bool {
 }
 
 impl Dedicated {
-    async fn query(&mut self, key: &[u8], cmd: &Cmd) -> RedisResult<Value> {
+    async fn query(&mut self, key: &[u8], cmd: &Cmd, resend: Resend) -> RedisResult<Value> {
         match &mut self.conn {
             DedicatedConn::Standalone(conn) => cmd.query_async(conn).await,
-            DedicatedConn::Cluster(conn) => conn.route_command(cmd.clone(), routing_of(key)).await,
+            DedicatedConn::Cluster(conn) => cluster::run(conn, key, cmd, resend).await,
         }
     }
 
@@ -193,7 +195,7 @@ impl Dedicated {
         }
         let mut cmd = redis::cmd("CLIENT");
         cmd.arg("ID");
-        match self.query(key, &cmd).await? {
+        match self.query(key, &cmd, Resend::Idempotent).await? {
             Value::Int(id) => {
                 self.id = Some(id);
                 Ok(id)
@@ -221,7 +223,7 @@ impl Dedicated {
     ) -> Blocking {
         let (shared, margin) = (&inner.shared, inner.config.wait_margin);
         let id = match self.client_id(key).await {
-            Ok(id) => id,
+            Ok(id) => AtomicI64::new(id),
             Err(error) => {
                 self.broken = true;
                 return Blocking::Replied(Err(error));
@@ -232,14 +234,15 @@ impl Dedicated {
             DedicatedConn::Cluster(conn) => DedicatedConn::Cluster(conn.clone()),
         };
         let broken = &mut self.broken;
+        let known_id = &mut self.id;
         let call = {
-            let conn = &mut self.conn;
+            let (conn, id) = (&mut self.conn, &id);
             async move {
                 match conn {
                     DedicatedConn::Standalone(conn) => cmd.query_async(conn).await,
-                    DedicatedConn::Cluster(conn) => {
-                        conn.route_command(cmd.clone(), routing_of(key)).await
-                    }
+                    // After a redirection the wait runs on another node,
+                    // under another id there.
+                    DedicatedConn::Cluster(conn) => cluster::run_blocking(conn, key, cmd, id).await,
                 }
             }
         };
@@ -257,14 +260,15 @@ impl Dedicated {
                 if reply.is_err() {
                     *broken = true;
                 }
+                *known_id = Some(id.load(Ordering::Relaxed));
                 return Blocking::Replied(reply);
             }
             _ = &mut cancelled => false,
             _ = &mut read_deadline => true,
         };
         let mut unblock = redis::cmd("CLIENT");
-        unblock.arg("UNBLOCK").arg(id);
-        let _ = shared.run(key, &unblock).await;
+        unblock.arg("UNBLOCK").arg(id.load(Ordering::Relaxed));
+        let _ = shared.run_idempotent(key, &unblock).await;
         // From here on the server can no longer grant this wait.
         after_unblock.await;
         // Redis can drop the reply of a waiter granted in the same event-loop
@@ -275,7 +279,9 @@ impl Dedicated {
             cmd.arg("dlock-client");
             match &mut ping_conn {
                 DedicatedConn::Standalone(conn) => cmd.query_async::<Value>(conn).await,
-                DedicatedConn::Cluster(conn) => conn.route_command(cmd, routing_of(key)).await,
+                DedicatedConn::Cluster(conn) => {
+                    cluster::run(conn, key, &cmd, Resend::IfNotRun).await
+                }
             }
         };
         tokio::pin!(ping);
@@ -293,6 +299,7 @@ impl Dedicated {
         if matches!(late, Late::Lost) {
             *broken = true;
         }
+        *known_id = Some(id.load(Ordering::Relaxed));
         Blocking::Abandoned { timed_out, late }
     }
 }
@@ -358,14 +365,15 @@ impl Dedicated {
     }
 
     /// Runs a command that does not block (or whose blocking is bounded by
-    /// the server, like WAIT), bounded by `limit`.
+    /// the server, like WAIT), bounded by `limit`; never sent twice (a WAIT
+    /// must run on the connection of the grant it waits for).
     pub(crate) async fn run_bounded(
         &mut self,
         key: &[u8],
         cmd: &Cmd,
         limit: Duration,
     ) -> RedisResult<Value> {
-        match tokio::time::timeout(limit, self.query(key, cmd)).await {
+        match tokio::time::timeout(limit, self.query(key, cmd, Resend::IfNotRun)).await {
             Ok(reply) => {
                 if reply.is_err() {
                     self.broken = true;

@@ -279,7 +279,12 @@ impl Election {
     pub async fn leader(&self) -> Result<Option<Leader>> {
         let mut cmd = redis::cmd("DLOCK.INFO");
         cmd.arg(self.key.as_slice());
-        let reply = self.client.inner.shared.run(&self.key, &cmd).await?;
+        let reply = self
+            .client
+            .inner
+            .shared
+            .run_idempotent(&self.key, &cmd)
+            .await?;
         leader_of_info(reply)
     }
 

@@ -126,7 +126,13 @@ impl Latch {
     pub async fn count(&self) -> Result<Option<u64>> {
         let mut cmd = redis::cmd("DLOCK.INFO");
         cmd.arg(self.key.as_slice());
-        let fields = match self.client.inner.shared.run(&self.key, &cmd).await? {
+        let fields = match self
+            .client
+            .inner
+            .shared
+            .run_idempotent(&self.key, &cmd)
+            .await?
+        {
             Value::Nil => return Ok(None),
             Value::Array(items) => items
                 .chunks(2)

@@ -42,6 +42,7 @@
 #![warn(missing_docs)]
 
 mod client;
+mod cluster;
 mod conn;
 mod election;
 mod error;

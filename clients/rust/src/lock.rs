@@ -326,6 +326,9 @@ impl LockBuilder {
         };
         let sent = Instant::now();
         let reply = self.client.inner.shared.run(self.first_key(), &cmd).await;
+        if let Err(error) = &reply {
+            settle_unanswered(&self.client, &self.keys, &owner, self.shared, error).await;
+        }
         in_flight.client = None;
         reply
             .map_err(Error::from)
@@ -449,9 +452,13 @@ impl LockBuilder {
         let inner = &self.client.inner;
         let key = self.first_key().to_vec();
         let dedicated_needed = !matches!(self.wait, Wait::No) || self.replicas.is_some();
+        let generated_owner = self.owner.is_none() || self.owner_unique;
         if !dedicated_needed {
             let sent = Instant::now();
             let reply = inner.shared.run(&key, &cmd).await;
+            if let (Err(error), true) = (&reply, generated_owner) {
+                settle_unanswered(&self.client, &self.keys, &owner, self.shared, error).await;
+            }
             return Some(
                 reply
                     .map_err(Error::from)
@@ -467,7 +474,6 @@ impl LockBuilder {
             Wait::For(wait) => Some(wait + inner.config.wait_margin),
             Wait::Forever => None,
         };
-        let generated_owner = self.owner.is_none() || self.owner_unique;
         // After CLIENT UNBLOCK this wait can no longer be granted, so
         // releasing a generated owner (this request's alone) then settles a
         // grant that raced the cancellation, whether its reply arrives or not.
@@ -490,7 +496,11 @@ impl LockBuilder {
         let value = match outcome {
             Blocking::Replied(Ok(value)) => value,
             Blocking::Replied(Err(error)) => {
+                // Broken: closed, which also ends a wait still queued on it.
                 inner.pool.give_back(conn);
+                if generated_owner {
+                    settle_unanswered(&self.client, &self.keys, &owner, self.shared, &error).await;
+                }
                 return Some(Err(error.into()));
             }
             Blocking::Abandoned { timed_out, late } => {
@@ -890,7 +900,7 @@ impl Guard {
                 .arg(ttl_ms);
         }
         let sent = Instant::now();
-        let replies = self.client.inner.shared.pipeline(&pipe).await?;
+        let replies = self.client.inner.shared.pipeline(self.key(), &pipe).await?;
         let mut outcome = Renewed::Yes;
         let mut refusal = None;
         for (index, reply) in replies.into_iter().enumerate() {
@@ -973,46 +983,53 @@ impl Drop for Guard {
     }
 }
 
-/// `DLOCK.RELEASE key owner [SHARED]` for every key, pipelined.
+/// `DLOCK.RELEASE key owner [SHARED]` for every key, sent at once (the
+/// multiplexed connection pipelines them). One command each rather than a
+/// pipeline: in a Cluster, a redirection can hit some of them and not
+/// others, and only those are sent again.
 async fn send_release(client: &Client, keys: &[Vec<u8>], owner: &[u8], shared: bool) -> Result<()> {
-    if let [key] = keys {
+    let releases = keys.iter().map(|key| async move {
         let mut cmd = redis::cmd("DLOCK.RELEASE");
         cmd.arg(key.as_slice()).arg(owner);
         if shared {
             cmd.arg("SHARED");
         }
-        return match client.inner.shared.run(key, &cmd).await? {
+        match client.inner.shared.run(key, &cmd).await? {
             Value::ServerError(error) => Err(Error::from_server(
                 error.code(),
                 error.details().unwrap_or(""),
             )),
             _ => Ok(()),
-        };
+        }
+    });
+    let results = futures_util::future::join_all(releases).await;
+    results.into_iter().collect()
+}
+
+/// R5.3: an acquire that failed without an answer may have been granted;
+/// a generated owner (this request's alone, holding at most one hold) is
+/// released once, which cannot undo anything else. That release may be
+/// sent again after a connection error of its own: a second one can only
+/// find the owner gone. The error stays the caller's.
+async fn settle_unanswered(
+    client: &Client,
+    keys: &[Vec<u8>],
+    owner: &[u8],
+    shared: bool,
+    error: &redis::RedisError,
+) {
+    if !matches!(Error::from(error.clone()), Error::Connection(_)) {
+        return;
     }
-    let mut pipe = Pipeline::new();
-    pipe.ignore_errors();
-    for key in keys {
-        let cmd = pipe.cmd("DLOCK.RELEASE").arg(key.as_slice()).arg(owner);
+    let releases = keys.iter().map(|key| async move {
+        let mut cmd = redis::cmd("DLOCK.RELEASE");
+        cmd.arg(key.as_slice()).arg(owner);
         if shared {
             cmd.arg("SHARED");
         }
-    }
-    let replies = client.inner.shared.pipeline(&pipe).await?;
-    let mut first_error = None;
-    for reply in replies {
-        if let Value::ServerError(error) = reply {
-            if first_error.is_none() {
-                first_error = Some(Error::from_server(
-                    error.code(),
-                    error.details().unwrap_or(""),
-                ));
-            }
-        }
-    }
-    match first_error {
-        Some(error) => Err(error),
-        None => Ok(()),
-    }
+        let _ = client.inner.shared.run_idempotent(key, &cmd).await;
+    });
+    futures_util::future::join_all(releases).await;
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ use redis::{Pipeline, Value};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::conn::{route_of, Shared};
+use crate::cluster::route_of;
+use crate::conn::Shared;
 
 /// What a guard and the watchdog share about one hold.
 pub(crate) struct HoldState {
@@ -304,7 +305,12 @@ impl Watchdog {
                 }
             }
             let shared = shared.clone();
-            async move { (members, shared.pipeline(&pipe).await) }
+            // Every member's keys share the slot of this one (the group's route).
+            let key = members
+                .first()
+                .and_then(|&index| due[index].keys.first().cloned())
+                .unwrap_or_default();
+            async move { (members, shared.pipeline(&key, &pipe).await) }
         });
         let replies = futures_util::future::join_all(sends).await;
         let mut outcomes: Vec<(u64, Renewed)> = Vec::with_capacity(due.len());

@@ -1,7 +1,9 @@
 //! The client against a Redis Cluster of three masters: locks on keys of
 //! every shard (hash tags choose the slot), renewals across shards, a
-//! blocking wait and its cancellation routed to the right node, and a
-//! multi-lock whose keys share a slot.
+//! blocking wait and its cancellation routed to the right node, a
+//! multi-lock whose keys share a slot, and no lock command sent twice when
+//! a connection breaks before its reply (R5.1), through a proxy the master
+//! announces as its address.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use dlock_client::Error;
-use support::{eventually, has_command, skip};
+use support::{eventually, has_command, skip, CuttingProxy};
 
 struct Cluster {
     nodes: Vec<Server>,
@@ -85,6 +87,34 @@ impl Cluster {
     /// A connection to the node serving `key`, and that node's port.
     fn node_of(&self, key: &str) -> common::Connection {
         self.serving(key).1
+    }
+
+    /// Makes the master on `port` announce `announced` as its port (in
+    /// CLUSTER SLOTS and redirections), and waits until every node says so.
+    fn announce_port(&self, port: u16, announced: u16) {
+        let node = self.nodes.iter().find(|n| n.port == port).expect("a node");
+        let mut conn = node.connect();
+        common::cmd(
+            &mut conn,
+            &[
+                "CONFIG",
+                "SET",
+                "cluster-announce-port",
+                &announced.to_string(),
+            ],
+        )
+        .expect("CONFIG SET cluster-announce-port");
+        let address = format!("127.0.0.1:{announced}@");
+        for node in &self.nodes {
+            let mut conn = node.connect();
+            common::wait_until("every node knows the announced port", || {
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                nodes.contains(&address)
+            });
+        }
     }
 
     fn serving(&self, key: &str) -> (u16, common::Connection) {
@@ -176,9 +206,8 @@ async fn locks_on_every_shard_with_hash_tags() {
     // to the node of the key).
     let attempt = dlock.lock(&keys[5]).wait_forever().acquire();
     let started = Instant::now();
-    assert!(tokio::time::timeout(Duration::from_millis(300), attempt)
-        .await
-        .is_err());
+    let outcome = tokio::time::timeout(Duration::from_millis(300), attempt).await;
+    assert!(outcome.is_err(), "the wait ended by itself: {outcome:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
     let mut node = cluster.node_of(&keys[5]);
     eventually(
@@ -213,4 +242,163 @@ async fn locks_on_every_shard_with_hash_tags() {
             "the server has no DLOCK.MACQUIRE yet",
         );
     }
+}
+
+fn setslot(conn: &mut common::Connection, slot: i64, state: &str, node: &str) {
+    let slot = slot.to_string();
+    common::cmd(conn, &["CLUSTER", "SETSLOT", &slot, state, node])
+        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state}: {e}"));
+}
+
+fn node_id(conn: &mut common::Connection) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(conn)
+        .expect("CLUSTER MYID")
+}
+
+/// The client follows a slot that moves to another master (the redis
+/// crate's retries, which would follow redirections, are off): `ASK`
+/// while the slot migrates, then `MOVED` for every command and for the
+/// watchdog's renewals once it has moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_ask_and_moved_while_a_slot_moves() {
+    let cluster = Cluster::start();
+    let dlock = dlock_client::Client::cluster(cluster.urls()).await.unwrap();
+    let (held, fresh) = ("{move}:held", "{move}:fresh");
+    let (source_port, mut source) = cluster.serving(held);
+    let target_port = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|&port| port != source_port)
+        .expect("another master");
+    let target_node = cluster.nodes.iter().find(|n| n.port == target_port);
+    let mut target = target_node.expect("the target").connect();
+    let slot = common::int(&mut source, &["CLUSTER", "KEYSLOT", held]);
+    let (source_id, target_id) = (node_id(&mut source), node_id(&mut target));
+
+    let lease = Duration::from_millis(500);
+    let guard = dlock.lock(held).lease(lease).acquire().await.unwrap();
+    setslot(&mut target, slot, "IMPORTING", &source_id);
+    setslot(&mut source, slot, "MIGRATING", &target_id);
+
+    // A lock the source does not have: ASK, then ASKING on the target.
+    let asked = dlock.lock(fresh).acquire().await.unwrap();
+    common::cmd(&mut target, &["ASKING"]).unwrap();
+    assert_eq!(
+        common::info_owner(&mut target, fresh).as_deref(),
+        Some(asked.owner()),
+        "granted on the importing master"
+    );
+
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target_port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(held)
+        .query(&mut source)
+        .expect("MIGRATE");
+    for node in &cluster.nodes {
+        setslot(&mut node.connect(), slot, "NODE", &target_id);
+    }
+
+    // MOVED: the renewals follow the slot (two leases pass) ...
+    tokio::time::sleep(lease * 2).await;
+    assert!(guard.is_held(), "renewed on the new master");
+    assert_eq!(
+        common::info_int(&mut target, held, "token") as u64,
+        guard.token()
+    );
+    // ... and so do acquires and releases.
+    assert!(matches!(dlock.lock(held).acquire().await, Err(Error::Busy)));
+    guard.release().await.unwrap();
+    asked.release().await.unwrap();
+    assert!(common::info(&mut target, held).is_none());
+    assert!(common::info(&mut target, fresh).is_none());
+}
+
+/// The re-entry count of `key`'s exclusive holder (0 when not held).
+fn holds(conn: &mut common::Connection, key: &str) -> i64 {
+    match common::info(conn, key) {
+        None => 0,
+        Some(_) => common::info_int(conn, key, "holds"),
+    }
+}
+
+/// R5.1 and R5.3 in a Cluster: a lock command whose connection breaks after
+/// it reached the server is never sent again; the caller gets the
+/// connection error, and an acquire of a generated owner is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_never_followed_by_a_second_send() {
+    let cluster = Cluster::start();
+    let key = "{cut}:lock";
+    let (port, mut direct) = cluster.serving(key);
+    let proxy = CuttingProxy::start(port).await;
+    cluster.announce_port(port, proxy.port);
+    let dlock = dlock_client::Client::cluster(cluster.urls()).await.unwrap();
+
+    // An immediate acquire: granted once by the server, reply lost.
+    proxy.arm("DLOCK.ACQUIRE");
+    let attempt = dlock.lock(key).acquire().await;
+    assert!(
+        matches!(&attempt, Err(error) if error.is_connection_error()),
+        "a connection error, not a second grant: {attempt:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "DLOCK.ACQUIRE sent once");
+    // R5.3: the generated owner was released before the error came back.
+    assert_eq!(holds(&mut direct, key), 0, "no hold left");
+
+    // A re-entrant release: exactly one of the two holds given back.
+    let outer = dlock.lock(key).owner("job-7").acquire().await.unwrap();
+    let inner = dlock.lock(key).owner("job-7").acquire().await.unwrap();
+    assert_eq!(holds(&mut direct, key), 2);
+    proxy.arm("DLOCK.RELEASE");
+    let released = inner.release().await;
+    assert!(
+        matches!(&released, Err(error) if error.is_connection_error()),
+        "a connection error: {released:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "DLOCK.RELEASE sent once");
+    assert_eq!(holds(&mut direct, key), 1, "the outer hold remains");
+
+    // A blocking acquire on its own connection, cut while it waits.
+    proxy.arm("DLOCK.ACQUIRE");
+    let waiter = tokio::spawn({
+        let dlock = dlock.clone();
+        async move {
+            dlock
+                .lock(key)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    eventually("the wait is queued", Duration::from_secs(5), || {
+        common::waiting(&mut direct, key) == 1
+    })
+    .await;
+    proxy.cut();
+    let waited = waiter.await.unwrap();
+    assert!(
+        matches!(&waited, Err(error) if error.is_connection_error()),
+        "a connection error: {waited:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "the blocking DLOCK.ACQUIRE sent once");
+    eventually(
+        "the closed connection's wait leaves the queue",
+        Duration::from_secs(5),
+        || common::waiting(&mut direct, key) == 0,
+    )
+    .await;
+    assert_eq!(
+        common::info_owner(&mut direct, key).as_deref(),
+        Some(&b"job-7"[..])
+    );
+    assert_eq!(holds(&mut direct, key), 1);
+    outer.release().await.unwrap();
+    assert_eq!(holds(&mut direct, key), 0);
 }

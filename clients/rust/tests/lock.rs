@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use dlock_client::Error;
-use support::{client_of, eventually};
+use support::{client_of, eventually, CuttingProxy};
 
 const SHORT_LEASE: Duration = Duration::from_millis(300);
 
@@ -625,4 +625,59 @@ async fn a_grant_whose_reply_the_server_drops_is_released() {
         common::info(&mut conn, "dropped").is_none()
     })
     .await;
+}
+
+/// R5 on one server: an acquire whose connection breaks after the server
+/// granted it is not sent again; the caller gets the connection error and
+/// the generated owner's hold is released before it does (R5.3). A blocking
+/// acquire cut while it waits is not sent again either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_not_sent_again_and_its_grant_is_released() {
+    let server = Server::start();
+    let mut direct = server.connect();
+    let proxy = CuttingProxy::start(server.port).await;
+    let dlock = dlock_client::Client::open(format!("redis://127.0.0.1:{}/", proxy.port))
+        .await
+        .unwrap();
+
+    proxy.arm("DLOCK.ACQUIRE");
+    let attempt = dlock.lock("cut").acquire().await;
+    assert!(
+        matches!(&attempt, Err(error) if error.is_connection_error()),
+        "a connection error, not a second grant: {attempt:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "DLOCK.ACQUIRE sent once");
+    assert!(common::info(&mut direct, "cut").is_none(), "released");
+
+    common::acquire(&mut direct, "cut", "holder", 30_000).unwrap();
+    proxy.arm("DLOCK.ACQUIRE");
+    let waiter = tokio::spawn({
+        let dlock = dlock.clone();
+        async move {
+            dlock
+                .lock("cut")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    eventually("the acquire waits", Duration::from_secs(5), || {
+        common::waiting(&mut direct, "cut") == 1
+    })
+    .await;
+    proxy.cut();
+    let waited = waiter.await.unwrap();
+    assert!(
+        matches!(&waited, Err(error) if error.is_connection_error()),
+        "a connection error: {waited:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "the blocking DLOCK.ACQUIRE sent once");
+    eventually("the wait leaves the queue", Duration::from_secs(5), || {
+        common::waiting(&mut direct, "cut") == 0
+    })
+    .await;
+    assert_eq!(
+        owner_of(&mut direct, "cut").as_deref(),
+        Some(&b"holder"[..])
+    );
 }

@@ -2,7 +2,12 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
 
 use crate::common::{self, Server};
 
@@ -61,4 +66,132 @@ pub fn has_shared_holds(conn: &mut common::Connection) -> bool {
 /// Prints why a test is skipped.
 pub fn skip(test: &str, reason: &str) {
     eprintln!("SKIPPED {test}: {reason}");
+}
+
+/// A TCP proxy on loopback in front of one node. Armed with a marker, it
+/// forwards the next command that contains it, then waits for its reply
+/// (or for `cut`) and closes both sides without relaying that reply: the
+/// server ran the command, the client cannot know. It counts the commands
+/// with the marker it forwarded.
+pub struct CuttingProxy {
+    pub port: u16,
+    state: Arc<ProxyState>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+struct ProxyState {
+    marker: Mutex<Vec<u8>>,
+    armed: AtomicBool,
+    seen: AtomicUsize,
+    cut: Notify,
+}
+
+/// Connections the proxy serves at once, at most.
+const PROXY_CONNECTIONS: usize = 64;
+
+impl CuttingProxy {
+    pub async fn start(target: u16) -> CuttingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let state = Arc::new(ProxyState {
+            marker: Mutex::new(Vec::new()),
+            armed: AtomicBool::new(false),
+            seen: AtomicUsize::new(0),
+            cut: Notify::new(),
+        });
+        let accept = tokio::spawn({
+            let state = state.clone();
+            async move {
+                // Dropped with the accept task: every connection ends too.
+                let mut connections = tokio::task::JoinSet::new();
+                while let Ok((client, _)) = listener.accept().await {
+                    while connections.try_join_next().is_some() {}
+                    if connections.len() < PROXY_CONNECTIONS {
+                        connections.spawn(relay(client, target, state.clone()));
+                    }
+                }
+            }
+        });
+        CuttingProxy {
+            port,
+            state,
+            accept,
+        }
+    }
+
+    /// Cuts the connection of the next command containing `marker`; counts
+    /// those commands from zero.
+    pub fn arm(&self, marker: &str) {
+        *self.state.marker.lock().unwrap() = marker.as_bytes().to_vec();
+        self.state.seen.store(0, Ordering::SeqCst);
+        self.state.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends the connection of an armed command that blocks (its reply
+    /// does not come).
+    pub fn cut(&self) {
+        self.state.cut.notify_one();
+    }
+
+    /// Commands containing the marker forwarded since `arm`.
+    pub fn seen(&self) -> usize {
+        self.state.seen.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for CuttingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn relay(client: tokio::net::TcpStream, target: u16, state: Arc<ProxyState>) {
+    let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+        return;
+    };
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let mut request = vec![0u8; 16 * 1024];
+    let mut reply = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            read = from_client.read(&mut request) => {
+                let n = match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let chunk = &request[..n];
+                let marked = {
+                    let marker = state.marker.lock().unwrap();
+                    !marker.is_empty() && chunk.windows(marker.len()).any(|w| w == marker.as_slice())
+                };
+                if marked {
+                    state.seen.fetch_add(1, Ordering::SeqCst);
+                }
+                if to_server.write_all(chunk).await.is_err() {
+                    return;
+                }
+                if marked && state.armed.swap(false, Ordering::SeqCst) {
+                    // The server runs it; its reply (or the test's signal,
+                    // for a command that blocks) ends the connection.
+                    tokio::select! {
+                        _ = from_server.read(&mut reply) => {}
+                        _ = state.cut.notified() => {}
+                    }
+                    return;
+                }
+            }
+            read = from_server.read(&mut reply) => {
+                let n = match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if to_client.write_all(&reply[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }

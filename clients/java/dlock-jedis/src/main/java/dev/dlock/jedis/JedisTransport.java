@@ -6,19 +6,24 @@ import dev.dlock.DLockServerException;
 import dev.dlock.Transport;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import redis.clients.jedis.Connection;
+import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.Jedis;
 import redis.clients.jedis.JedisPool;
+import redis.clients.jedis.JedisSentinelPool;
 import redis.clients.jedis.Pipeline;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.commands.ProtocolCommand;
 import redis.clients.jedis.exceptions.JedisDataException;
+import redis.clients.jedis.util.Pool;
 
 /**
  * dlock over Jedis (5+) on one server, through the application's {@link JedisPool} (TLS, auth
@@ -30,15 +35,20 @@ import redis.clients.jedis.exceptions.JedisDataException;
  * thread itself when nothing but the reply can end the wait ({@code lock()}), else on a thread of
  * the pool.
  */
-@SuppressWarnings("deprecation") // JedisPool: deprecated in Jedis 7 but what most applications have
+@SuppressWarnings("deprecation") // JedisPool, JedisSentinelPool: deprecated in Jedis 7 but what most applications have
 public final class JedisTransport implements Transport {
-    private final JedisPool pool;
+    private final Pool<Jedis> pool;
+    /** The pool, when it follows Sentinel; else null. */
+    private final JedisSentinelPool sentinelPool;
+    /** With Sentinel: the blocking connections handed out and not yet given back. */
+    private final Set<Dedicated> busy = ConcurrentHashMap.newKeySet();
     private final boolean ownsPool;
     private final ExecutorService calls;
     private final ExecutorService waits;
 
-    private JedisTransport(JedisPool pool, boolean ownsPool, int threads) {
+    private JedisTransport(Pool<Jedis> pool, boolean ownsPool, int threads) {
         this.pool = pool;
+        this.sentinelPool = pool instanceof JedisSentinelPool sentinel ? sentinel : null;
         this.ownsPool = ownsPool;
         this.calls = Executors.newFixedThreadPool(threads, daemon("dlock-jedis-call"));
         this.waits = Executors.newCachedThreadPool(daemon("dlock-jedis-wait"));
@@ -49,6 +59,26 @@ public final class JedisTransport implements Transport {
      * @return the transport
      */
     public static JedisTransport create(JedisPool pool) {
+        return new JedisTransport(pool, false, 4);
+    }
+
+    /**
+     * A transport on the master that Sentinel names, through the application's pool (its master
+     * name, Sentinels, and client configurations for the master and for the Sentinels: auth, TLS,
+     * timeouts).
+     *
+     * <p>A {@link JedisSentinelPool} hands out connections to the master its Sentinels name now:
+     * it listens to {@code +switch-master} on every Sentinel, drops its idle connections to the
+     * old master and never hands out one to an old master. Since every command borrows a
+     * connection for its round trip, and every wait borrows one of its own, the next command and
+     * every new wait after a failover go to the new master. A wait blocked on the old master is
+     * ended (a {@code DLockConnectionException}) at the next command, renewal round or new wait after the
+     * pool heard of the switch.
+     *
+     * @param pool the application's Sentinel pool (left open by {@link #close()})
+     * @return the transport
+     */
+    public static JedisTransport create(JedisSentinelPool pool) {
         return new JedisTransport(pool, false, 4);
     }
 
@@ -100,8 +130,26 @@ public final class JedisTransport implements Transport {
         return new DLockConnectionException(String.valueOf(error.getMessage()), error);
     }
 
+    /**
+     * With Sentinel: ends the waits blocked on a server that is no longer the master the pool
+     * follows (the old master, until the Sentinel demotes it, could still grant them). Checked at
+     * every command, renewal round and new wait, since the pool tells nobody of a switch.
+     */
+    private void endWaitsOffMaster() {
+        if (sentinelPool == null || busy.isEmpty()) {
+            return;
+        }
+        HostAndPort master = sentinelPool.getCurrentHostMaster();
+        for (Dedicated connection : busy) {
+            if (!master.equals(connection.master)) {
+                connection.discard();
+            }
+        }
+    }
+
     @Override
     public CompletableFuture<Object> call(byte[] routingKey, byte[]... args) {
+        endWaitsOffMaster();
         CompletableFuture<Object> reply = new CompletableFuture<>();
         try {
             calls.execute(() -> {
@@ -134,6 +182,7 @@ public final class JedisTransport implements Transport {
 
     @Override
     public List<CompletableFuture<Object>> callAll(List<Command> commands) {
+        endWaitsOffMaster();
         List<CompletableFuture<Object>> replies = new ArrayList<>(commands.size());
         for (int i = 0; i < commands.size(); i++) {
             replies.add(new CompletableFuture<>());
@@ -165,6 +214,11 @@ public final class JedisTransport implements Transport {
 
     @Override
     public BlockingConnection openBlocking(byte[] routingKey) {
+        endWaitsOffMaster();
+        // Read before the borrow (which hands out a connection to the master of that moment): a
+        // switch in between marks a connection to the new master as one to the old, which only
+        // ends its wait early, never the reverse.
+        HostAndPort master = sentinelPool == null ? null : sentinelPool.getCurrentHostMaster();
         Jedis jedis;
         try {
             jedis = pool.getResource();
@@ -172,7 +226,11 @@ public final class JedisTransport implements Transport {
             throw translate(e);
         }
         try {
-            return new Dedicated(jedis, jedis.clientId());
+            Dedicated connection = new Dedicated(jedis, jedis.clientId(), master);
+            if (sentinelPool != null) {
+                busy.add(connection);
+            }
+            return connection;
         } catch (RuntimeException e) {
             jedis.getConnection().setBroken();
             jedis.close();
@@ -183,11 +241,14 @@ public final class JedisTransport implements Transport {
     private final class Dedicated implements BlockingConnection {
         private final Jedis jedis;
         private final long id;
+        /** With Sentinel: the master the pool followed when this connection was borrowed. */
+        private final HostAndPort master;
         private final AtomicBoolean done = new AtomicBoolean();
 
-        Dedicated(Jedis jedis, long id) {
+        Dedicated(Jedis jedis, long id, HostAndPort master) {
             this.jedis = jedis;
             this.id = id;
+            this.master = master;
         }
 
         @Override
@@ -234,6 +295,7 @@ public final class JedisTransport implements Transport {
         @Override
         public void recycle() {
             if (done.compareAndSet(false, true)) {
+                busy.remove(this);
                 jedis.close();
             }
         }
@@ -241,6 +303,7 @@ public final class JedisTransport implements Transport {
         @Override
         public void discard() {
             if (done.compareAndSet(false, true)) {
+                busy.remove(this);
                 Connection connection = jedis.getConnection();
                 connection.setBroken();
                 connection.disconnect();

@@ -5,8 +5,10 @@ import dev.dlock.DLockConnectionException;
 import dev.dlock.DLockServerException;
 import dev.dlock.Transport;
 import io.lettuce.core.ClientOptions;
+import io.lettuce.core.RedisChannelHandler;
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.TimeoutOptions;
 import io.lettuce.core.api.StatefulRedisConnection;
@@ -14,19 +16,25 @@ import io.lettuce.core.codec.ByteArrayCodec;
 import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolVersion;
 import io.lettuce.core.resource.ClientResources;
+import java.net.SocketAddress;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * dlock over Lettuce (7.x) on one server. dlock uses a {@link RedisClient} of its own, built on
- * the caller's {@link ClientResources} (event loops, DNS, metrics shared with the application's
- * client) and URI (TLS, auth, database), with options that suit lock commands:
+ * dlock over Lettuce (7.x) on one server, or on the master that Redis Sentinel names. dlock uses
+ * a {@link RedisClient} of its own, built on the caller's {@link ClientResources} (event loops,
+ * DNS, metrics shared with the application's client) and URI (TLS, auth, database, Sentinels),
+ * with options that suit lock commands:
  *
  * <ul>
  *   <li>{@code autoReconnect(false)}: Lettuce would re-send queued commands after a reconnect,
@@ -37,6 +45,15 @@ import java.util.concurrent.TimeUnit;
  *   <li>Blocking commands run on connections of their own (pooled, at most {@code
  *       maxIdleBlocking} idle), never on the shared one.
  * </ul>
+ *
+ * <p><b>Sentinel.</b> With a URI built by {@code RedisURI.Builder.sentinel(host, port, masterId)}
+ * (more Sentinels with {@code withSentinel}), every connection dlock opens, the shared one and each
+ * new one for a blocking wait, asks a Sentinel for the current master and connects to it. The
+ * transport also subscribes to {@code +switch-master} on every Sentinel: when the master changes,
+ * it closes its shared and idle blocking connections to any other server (their pending commands
+ * fail, and are not re-sent), so that the next command, and every new wait, goes to the new
+ * master; a wait blocked on the old master ends at once with a {@code DLockConnectionException}
+ * (the old master, until the Sentinel demotes it, could still grant it).
  */
 public final class LettuceTransport implements Transport {
     private static final byte[] CLIENT = "CLIENT".getBytes();
@@ -46,37 +63,113 @@ public final class LettuceTransport implements Transport {
     private final int maxIdleBlocking;
     private final ConcurrentLinkedDeque<Dedicated> idle = new ConcurrentLinkedDeque<>();
     private final Object sharedLock = new Object();
-    private volatile StatefulRedisConnection<byte[], byte[]> shared;
+    private volatile Shared shared;
     private volatile boolean closed;
+    /** Bumped each time Sentinel names a new master (never without Sentinel). */
+    private final AtomicInteger generation = new AtomicInteger();
+    /** Null without Sentinel. */
+    private final SentinelWatch sentinels;
+    /** With Sentinel: the blocking connections handed out and not yet given back. */
+    private final Set<Dedicated> busy = ConcurrentHashMap.newKeySet();
+    /** With Sentinel: the server address of each connection being opened, from the client's events. */
+    private final Map<RedisChannelHandler<?, ?>, String> remotes = new ConcurrentHashMap<>();
 
-    private LettuceTransport(RedisClient client, int maxIdleBlocking) {
+    /** The shared connection, its server's address (null: unknown) and the {@link #generation} it was opened in. */
+    private record Shared(StatefulRedisConnection<byte[], byte[]> connection, String address, int generation) {}
+
+    /** A new connection, its server's address (null without Sentinel, or unknown) and the generation it is current in. */
+    private record Opened(StatefulRedisConnection<byte[], byte[]> connection, String address, int generation) {}
+
+    private LettuceTransport(RedisClient client, RedisURI uri, int maxIdleBlocking) {
         this.client = client;
         this.maxIdleBlocking = maxIdleBlocking;
+        if (uri.getSentinels().isEmpty()) {
+            this.sentinels = null;
+        } else {
+            client.addListener(new RedisConnectionStateListener() {
+                @Override
+                public void onRedisConnected(RedisChannelHandler<?, ?> connection, SocketAddress address) {
+                    remotes.put(connection, SentinelWatch.address(address));
+                }
+
+                @Override
+                public void onRedisDisconnected(RedisChannelHandler<?, ?> connection) {
+                    remotes.remove(connection);
+                }
+            });
+            this.sentinels = watch(client, uri);
+        }
+    }
+
+    private SentinelWatch watch(RedisClient client, RedisURI uri) {
+        try {
+            return SentinelWatch.start(client.getResources(), uri, this::masterChanged);
+        } catch (RuntimeException e) {
+            client.shutdown(Duration.ZERO, Duration.ofSeconds(2));
+            throw e;
+        }
+    }
+
+    /**
+     * Sentinel named a new master: connections to any other server are closed (their pending
+     * commands fail, and are not re-sent), waits included. Runs on an event loop, so it takes no lock (a connect
+     * may be running under {@code sharedLock}); a connection being opened meanwhile carries the
+     * old generation and is checked at its first use.
+     */
+    private void masterChanged(String master) {
+        generation.incrementAndGet();
+        Shared current = shared;
+        if (current != null && !master.equals(current.address)) {
+            current.connection.closeAsync();
+        }
+        for (Dedicated connection : idle) {
+            if (!master.equals(connection.address) && idle.remove(connection)) {
+                connection.connection.closeAsync();
+            }
+        }
+        // A wait on the old master could still be granted there (a stale grant): it ends now, with
+        // a connection error, and the client settles it as it does for any lost wait connection.
+        for (Dedicated connection : busy) {
+            if (!master.equals(connection.address)) {
+                connection.connection.closeAsync();
+            }
+        }
+    }
+
+    /**
+     * @return true when a connection opened in {@code opened} to {@code address} may carry new
+     *     commands: no master change since, or it is to the master Sentinel names now
+     */
+    private boolean current(int opened, String address) {
+        return opened == generation.get() || (address != null && address.equals(sentinels.master()));
     }
 
     /**
      * A transport with resources of its own.
      *
-     * @param uri the server (redis://, rediss://, with password and database)
+     * @param uri the server (redis://, rediss://, with password and database), or Sentinels and a
+     *     master id ({@code RedisURI.Builder.sentinel(host, port, masterId)}, redis-sentinel://)
      * @return the transport
+     * @throws DLockConnectionException with Sentinels, when none of them answers
      */
     public static LettuceTransport create(RedisURI uri) {
         RedisClient client = RedisClient.create(uri);
         client.setOptions(options());
-        return new LettuceTransport(client, 16);
+        return new LettuceTransport(client, uri, 16);
     }
 
     /**
      * A transport on the application's event loops.
      *
      * @param resources the application's client resources ({@code redisClient.getResources()})
-     * @param uri the server
+     * @param uri the server, or Sentinels and a master id (as for {@link #create(RedisURI)})
      * @return the transport (closing it leaves the resources alone)
+     * @throws DLockConnectionException with Sentinels, when none of them answers
      */
     public static LettuceTransport create(ClientResources resources, RedisURI uri) {
         RedisClient client = RedisClient.create(resources, uri);
         client.setOptions(options());
-        return new LettuceTransport(client, 16);
+        return new LettuceTransport(client, uri, 16);
     }
 
     /** @return the options dlock's connections use */
@@ -90,31 +183,50 @@ public final class LettuceTransport implements Transport {
     }
 
     private StatefulRedisConnection<byte[], byte[]> shared() {
-        StatefulRedisConnection<byte[], byte[]> connection = shared;
-        if (connection != null && connection.isOpen()) {
-            return connection;
+        Shared current = shared;
+        if (current != null && current.generation == generation.get() && current.connection.isOpen()) {
+            return current.connection;
         }
         synchronized (sharedLock) {
             if (closed) {
                 throw new IllegalStateException("transport closed");
             }
-            if (shared == null || !shared.isOpen()) {
-                if (shared != null) {
-                    shared.closeAsync();
+            current = shared;
+            int now = generation.get();
+            if (current != null && current.connection.isOpen() && current(current.generation, current.address)) {
+                // Sentinel named a new master, and this connection is to it already.
+                current = new Shared(current.connection, current.address, now);
+            } else {
+                if (current != null) {
+                    current.connection.closeAsync();
                 }
-                shared = connect();
+                Opened opened = connect();
+                current = new Shared(opened.connection, opened.address, opened.generation);
             }
-            return shared;
+            shared = current;
+            return current.connection;
         }
     }
 
-    private StatefulRedisConnection<byte[], byte[]> connect() {
-        try {
-            StatefulRedisConnection<byte[], byte[]> connection = client.connect(ByteArrayCodec.INSTANCE);
+    /**
+     * Connects to the server, or (with Sentinels) to the master a Sentinel names now. A connect
+     * that resolved the old master just before a switch was announced is made again.
+     */
+    private Opened connect() {
+        for (int attempt = 1; ; attempt++) {
+            int now = generation.get();
+            StatefulRedisConnection<byte[], byte[]> connection;
+            try {
+                connection = client.connect(ByteArrayCodec.INSTANCE);
+            } catch (RuntimeException e) {
+                throw new DLockConnectionException("cannot connect: " + e.getMessage(), e);
+            }
             connection.setTimeout(Duration.ofDays(365));
-            return connection;
-        } catch (RuntimeException e) {
-            throw new DLockConnectionException("cannot connect: " + e.getMessage(), e);
+            String address = remotes.remove(connection);
+            if (current(now, address) || attempt == 3) {
+                return new Opened(connection, address, now);
+            }
+            connection.closeAsync();
         }
     }
 
@@ -199,17 +311,33 @@ public final class LettuceTransport implements Transport {
 
     @Override
     public BlockingConnection openBlocking(byte[] routingKey) {
-        Dedicated connection;
-        while ((connection = idle.pollFirst()) != null) {
-            if (connection.connection.isOpen()) {
+        while (true) {
+            Dedicated connection = idle.pollFirst();
+            if (connection == null) {
+                connection = open();
+            } else if (!connection.connection.isOpen() || !current(connection.generation, connection.address)) {
+                connection.connection.closeAsync();
+                continue;
+            }
+            if (sentinels == null) {
                 return connection;
             }
+            // Registered before it is checked again: a switch announced from now on closes it.
+            busy.add(connection);
+            if (current(connection.generation, connection.address)) {
+                return connection;
+            }
+            busy.remove(connection);
             connection.connection.closeAsync();
         }
-        StatefulRedisConnection<byte[], byte[]> fresh = connect();
+    }
+
+    private Dedicated open() {
+        Opened opened = connect();
+        StatefulRedisConnection<byte[], byte[]> fresh = opened.connection;
         try {
             Object id = dispatch(fresh, CLIENT, ID).get(10, TimeUnit.SECONDS);
-            return new Dedicated(fresh, (Long) id);
+            return new Dedicated(fresh, opened.address, (Long) id, opened.generation);
         } catch (Exception e) {
             fresh.closeAsync();
             throw translate(e);
@@ -218,11 +346,15 @@ public final class LettuceTransport implements Transport {
 
     private final class Dedicated implements BlockingConnection {
         final StatefulRedisConnection<byte[], byte[]> connection;
+        final String address;
         final long id;
+        final int generation;
 
-        Dedicated(StatefulRedisConnection<byte[], byte[]> connection, long id) {
+        Dedicated(StatefulRedisConnection<byte[], byte[]> connection, String address, long id, int generation) {
             this.connection = connection;
+            this.address = address;
             this.id = id;
+            this.generation = generation;
         }
 
         @Override
@@ -237,7 +369,10 @@ public final class LettuceTransport implements Transport {
 
         @Override
         public void recycle() {
-            if (closed || !connection.isOpen() || idle.size() >= maxIdleBlocking) {
+            if (sentinels != null) {
+                busy.remove(this);
+            }
+            if (closed || !connection.isOpen() || !current(generation, address) || idle.size() >= maxIdleBlocking) {
                 connection.closeAsync();
             } else {
                 idle.addFirst(this);
@@ -246,6 +381,9 @@ public final class LettuceTransport implements Transport {
 
         @Override
         public void discard() {
+            if (sentinels != null) {
+                busy.remove(this);
+            }
             connection.closeAsync();
         }
     }
@@ -259,9 +397,12 @@ public final class LettuceTransport implements Transport {
         }
         synchronized (sharedLock) {
             if (shared != null) {
-                shared.close();
+                shared.connection.close();
                 shared = null;
             }
+        }
+        if (sentinels != null) {
+            sentinels.close();
         }
         // Shuts down the event loops only when this transport created them.
         client.shutdown(Duration.ZERO, Duration.ofSeconds(2));

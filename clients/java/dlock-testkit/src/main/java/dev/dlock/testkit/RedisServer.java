@@ -34,13 +34,17 @@ public final class RedisServer implements AutoCloseable {
     private final String binary;
     private final Path dir;
     private final List<String> extraArgs;
+    /** For a Sentinel: its configuration file's lines (null for a data server). */
+    private final List<String> sentinelConfig;
     private Process process;
     private int port;
 
-    private RedisServer(Kind kind, String binary, List<String> extraArgs) throws IOException {
+    private RedisServer(Kind kind, String binary, List<String> extraArgs, List<String> sentinelConfig)
+            throws IOException {
         this.kind = kind;
         this.binary = binary;
         this.extraArgs = extraArgs;
+        this.sentinelConfig = sentinelConfig;
         this.dir = Files.createTempDirectory("dlock-java-" + kind.name().toLowerCase() + "-");
     }
 
@@ -108,8 +112,30 @@ public final class RedisServer implements AutoCloseable {
         if (!Files.exists(module())) {
             throw new IllegalStateException(module() + " is missing: run `cargo build --release` (make build) first");
         }
+        return launch(kind, binary, List.of(extraArgs), null);
+    }
+
+    /**
+     * Starts a Sentinel ({@code redis-server --sentinel}, or {@code valkey-server --sentinel}),
+     * without the module, with a configuration file of its own in its temporary directory (a
+     * Sentinel rewrites it).
+     *
+     * @param kind which server binary
+     * @param config the configuration's lines ({@code sentinel monitor ...}, ...); port, bind and
+     *     dir are added
+     * @return the running Sentinel
+     */
+    public static RedisServer startSentinel(Kind kind, List<String> config) {
+        String binary = binary(kind);
+        if (binary == null) {
+            throw new IllegalStateException("no " + kind + " binary");
+        }
+        return launch(kind, binary, List.of(), List.copyOf(config));
+    }
+
+    private static RedisServer launch(Kind kind, String binary, List<String> extraArgs, List<String> sentinelConfig) {
         try {
-            RedisServer server = new RedisServer(kind, binary, List.of(extraArgs));
+            RedisServer server = new RedisServer(kind, binary, extraArgs, sentinelConfig);
             server.spawn();
             Runtime.getRuntime().addShutdownHook(new Thread(server::close));
             return server;
@@ -157,10 +183,20 @@ public final class RedisServer implements AutoCloseable {
     private void spawnOn(int chosen) throws IOException {
         for (int attempt = 0; attempt < 1; attempt++) {
             port = chosen;
-            List<String> cmd = new ArrayList<>(List.of(binary, "--port", Integer.toString(port),
-                    "--bind", "127.0.0.1", "--dir", dir.toString(), "--logfile", "server.log",
-                    "--daemonize", "no", "--save", "", "--appendonly", "no",
-                    "--loadmodule", module().toString()));
+            List<String> cmd;
+            if (sentinelConfig != null) {
+                Path config = dir.resolve("sentinel.conf");
+                List<String> lines = new ArrayList<>(List.of("port " + port, "bind 127.0.0.1",
+                        "dir " + dir, "logfile server.log", "daemonize no"));
+                lines.addAll(sentinelConfig);
+                Files.write(config, lines);
+                cmd = new ArrayList<>(List.of(binary, config.toString(), "--sentinel"));
+            } else {
+                cmd = new ArrayList<>(List.of(binary, "--port", Integer.toString(port),
+                        "--bind", "127.0.0.1", "--dir", dir.toString(), "--logfile", "server.log",
+                        "--daemonize", "no", "--save", "", "--appendonly", "no",
+                        "--loadmodule", module().toString()));
+            }
             cmd.addAll(extraArgs);
             process = new ProcessBuilder(cmd).redirectOutput(ProcessBuilder.Redirect.DISCARD)
                     .redirectError(ProcessBuilder.Redirect.DISCARD).start();
