@@ -32,8 +32,8 @@ import redis.clients.jedis.util.Pool;
  * thread pool when the client wants a future; renewals that fall due together go as one {@link
  * Pipeline}; a blocking wait holds a pooled connection of its own with an infinite socket timeout
  * (the client bounds the wait itself, and closes the connection to end it), read by the waiting
- * thread itself when nothing but the reply can end the wait ({@code lock()}), else on a thread of
- * the pool.
+ * thread itself when nothing but the reply can end the wait ({@code lock()}), else on one of the
+ * transport's threads.
  */
 @SuppressWarnings("deprecation") // JedisPool, JedisSentinelPool: deprecated in Jedis 7 but what most applications have
 public final class JedisTransport implements Transport {
@@ -173,6 +173,7 @@ public final class JedisTransport implements Transport {
 
     @Override
     public Object callOnCaller(byte[] routingKey, byte[]... args) {
+        endWaitsOffMaster();
         try (Jedis jedis = pool.getResource()) {
             return jedis.sendCommand(new Raw(args[0]), rest(args));
         } catch (RuntimeException e) {
