@@ -323,7 +323,7 @@ export class Dlock implements AsyncDisposable {
       }
     }
     if (!grants) {
-      if (busy) throw new LockBusyError(multi ? keys : [first]);
+      if (busy) throw new LockBusyError(keys);
       return null;
     }
     const firstGrant = grants[0] as Grant;
