@@ -17,7 +17,7 @@ import { ABORTED, raceAbort } from "./abort.js";
 import { Lease } from "./lease.js";
 import { Latch, Semaphore } from "./primitives.js";
 import { Election } from "./election.js";
-import { type Grant, toGrant, toNumber } from "./replies.js";
+import { type GrantText, toGrantText, toNumber } from "./replies.js";
 import { type Blocking, Router } from "./router.js";
 import { slotOf } from "./slots.js";
 import type { RedisArg, Reply } from "./transport.js";
@@ -81,8 +81,6 @@ const DEFAULTS: Required<DlockOptions> = {
   responseTimeout: 5_000,
   maxIdle: 16,
 };
-
-const NO_ABORT = new AbortController().signal;
 
 /**
  * Generated owners (R1.1): 128 random bits drawn once per process (a
@@ -215,8 +213,8 @@ export class Dlock implements AsyncDisposable {
     options: AcquireOptions,
     busy = false,
   ): Promise<Lease | null> {
-    const signal = options.signal ?? NO_ABORT;
-    signal.throwIfAborted();
+    const signal = options.signal;
+    signal?.throwIfAborted();
     if (keys.length === 0) throw new DlockError("no key to lock");
     const ttl = options.ttl ?? this.options.ttl;
     if (!Number.isSafeInteger(ttl) || ttl <= 0)
@@ -247,7 +245,7 @@ export class Dlock implements AsyncDisposable {
     const wait = options.wait ?? 0;
     const blocking = wait > 0 || options.replicas !== undefined || options.session === true;
 
-    let grants: Grant[] | null;
+    let grants: GrantText[] | null;
     let since: number;
     let session: { node: string; blocking: Blocking } | undefined;
     if (!blocking) {
@@ -261,7 +259,7 @@ export class Dlock implements AsyncDisposable {
       }
       since = stamp.sent;
       grants = readGrants(reply, multi);
-      if (signal.aborted) {
+      if (signal?.aborted) {
         if (grants) await this.releaseAll(keys, owner, shared).catch(() => {});
         throw signal.reason;
       }
@@ -279,7 +277,7 @@ export class Dlock implements AsyncDisposable {
         const pending = conn.conn.call(args, timeout, stamp);
         let outcome: Reply | typeof ABORTED;
         try {
-          if (options.signal) {
+          if (signal) {
             // Raced against the signal, the reply may come (or fail) unread.
             pending.catch(() => {});
             outcome = await raceAbort(pending, signal);
@@ -293,7 +291,7 @@ export class Dlock implements AsyncDisposable {
         if (outcome === ABORTED) {
           giveBack = false;
           await this.cancelWait(node, conn, pending, keys, owner, generated, shared);
-          throw signal.reason;
+          throw (signal as AbortSignal).reason;
         }
         grants = readGrants(outcome, multi);
         // A blocked grant's lease starts when the server grants it: count from the reply.
@@ -326,7 +324,7 @@ export class Dlock implements AsyncDisposable {
       if (busy) throw new LockBusyError(keys);
       return null;
     }
-    const firstGrant = grants[0] as Grant;
+    const firstGrant = grants[0] as GrantText;
     return new Lease({
       router: this.router,
       watchdog: this.watchdog,
@@ -406,9 +404,9 @@ export class Dlock implements AsyncDisposable {
   }
 }
 
-function readGrants(reply: Reply, multi: boolean): Grant[] | null {
+function readGrants(reply: Reply, multi: boolean): GrantText[] | null {
   if (reply === null) return null;
-  if (!multi) return [toGrant(reply, "DLOCK.ACQUIRE")];
+  if (!multi) return [toGrantText(reply, "DLOCK.ACQUIRE")];
   if (!Array.isArray(reply)) throw new UnexpectedReplyError("DLOCK.MACQUIRE: expected an array");
-  return reply.map((grant) => toGrant(grant, "DLOCK.MACQUIRE"));
+  return reply.map((grant) => toGrantText(grant, "DLOCK.MACQUIRE"));
 }

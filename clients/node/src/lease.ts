@@ -32,7 +32,8 @@ export interface LeaseInit {
   watchdog: Watchdog;
   keys: readonly string[];
   owner: string;
-  tokens: readonly bigint[];
+  /** Each key's token as the server's decimal text. */
+  tokens: readonly string[];
   holds: number;
   shared: boolean;
   ttl: number;
@@ -59,7 +60,11 @@ export class Lease implements AsyncDisposable, Watched {
   /** The owner name the holds are under (unique per lease unless you passed one). */
   readonly owner: string;
   /** Each key's fencing token, exact. */
-  readonly tokens: readonly bigint[];
+  get tokens(): readonly bigint[] {
+    // Made on first use: most leases are released without anyone reading it.
+    this.parsedTokens ??= this.tokenTexts.map((text) => BigInt(text));
+    return this.parsedTokens;
+  }
   /** The hold count after this grant (of the first key). */
   readonly holds: number;
   /** Whether the holds are shared (read lock, semaphore permit). */
@@ -89,6 +94,8 @@ export class Lease implements AsyncDisposable, Watched {
   private controller: AbortController | undefined;
   /** How the lease ended first, if it has: its signal's reason. */
   private ended: "released" | "lost" | undefined;
+  private readonly tokenTexts: readonly string[];
+  private parsedTokens: readonly bigint[] | undefined;
   private readonly router: Router;
   private readonly watchdog: Watchdog;
   private readonly settings: WatchdogSettings;
@@ -114,7 +121,7 @@ export class Lease implements AsyncDisposable, Watched {
     this.watchdog = init.watchdog;
     this.keys = init.keys;
     this.owner = init.owner;
-    this.tokens = init.tokens;
+    this.tokenTexts = init.tokens;
     this.holds = init.holds;
     this.shared = init.shared;
     this.ttl = init.ttl;
