@@ -10,7 +10,7 @@
  *    through the same ioredis connection (goal >= 0.9x).
  *
  * 2 and 3 are ratios of rates measured on a shared machine, where a burst
- * of other work can halve a rate for a second: each is the median of many
+ * of other work can halve a rate for a second or two: each is the median of many
  * short rounds, each round running every side once back to back (in a
  * rotating order), so that a burst spoils a round's sides alike and a
  * spoiled round moves the median little.
@@ -27,10 +27,10 @@ import { REPO, Server } from "../test/support.js";
 const QUICK = process.argv.includes("--quick");
 const CONTENTION_MS = QUICK ? 500 : 3_000;
 /** Each side's turn in one round of the pairs and client-overhead comparisons. */
-const PAIRS_MS = QUICK ? 200 : 500;
+const PAIRS_MS = QUICK ? 200 : 250;
 const WARMUP_MS = QUICK ? 200 : 1_000;
 /** Rounds of the pairs and client-overhead comparisons: the ratios are their medians. */
-const ROUNDS = QUICK ? 3 : 21;
+const ROUNDS = QUICK ? 3 : 41;
 const TASKS = 16;
 const CONNECTIONS = 4;
 
