@@ -75,8 +75,9 @@ class IoRedisConnection implements Connection {
     client.on("error", () => {});
   }
   call(args: readonly RedisArg[]): Promise<Reply> {
-    // The library's promise as it is: no extra async frame per command.
-    return this.client.call(String(args[0]), ...args.slice(1)) as Promise<Reply>;
+    // The library's promise as it is: no extra async frame per command. The
+    // first word is always the command's name, a string.
+    return this.client.call(...(args as readonly [string, ...RedisArg[]])) as Promise<Reply>;
   }
   close(): void {
     this.closed = true;

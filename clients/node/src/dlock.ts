@@ -3,7 +3,7 @@
  *
  * @module
  */
-import { randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { type ClientLike, toTransport } from "./adapters.js";
 import {
@@ -17,10 +17,11 @@ import { ABORTED, raceAbort } from "./abort.js";
 import { Lease } from "./lease.js";
 import { Latch, Semaphore } from "./primitives.js";
 import { Election } from "./election.js";
-import { type Grant, toGrant, toNumber } from "./replies.js";
+import { type GrantText, toGrantText, toNumber } from "./replies.js";
 import { type Blocking, Router } from "./router.js";
 import { slotOf } from "./slots.js";
 import type { RedisArg, Reply } from "./transport.js";
+import { Watchdog } from "./watchdog.js";
 
 /** Settings of a {@link Dlock}; every one has a default. */
 export interface DlockOptions {
@@ -48,7 +49,10 @@ export interface AcquireOptions {
   wait?: number;
   /** Aborting it ends the wait (with `CLIENT UNBLOCK`) and rejects with `signal.reason`. */
   signal?: AbortSignal;
-  /** The owner name; default a new UUID per lease. Pass one only to re-enter a lock you hold. */
+  /**
+   * The owner name; default a new one per lease (R1.1: 128 random bits drawn
+   * once per process, then a count). Pass one only to re-enter a lock you hold.
+   */
   owner?: string;
   /** `DLOCK.FAIR` instead of `DLOCK.ACQUIRE` (single keys only). */
   fair?: boolean;
@@ -78,7 +82,19 @@ const DEFAULTS: Required<DlockOptions> = {
   maxIdle: 16,
 };
 
-const NO_ABORT = new AbortController().signal;
+/**
+ * Generated owners (R1.1): 128 random bits drawn once per process (a
+ * worker thread loads its own copy of this module, so draws its own),
+ * then a count, so that no two acquisitions anywhere share an owner. One
+ * `randomUUID()` per acquisition cost more than the rest of building the
+ * command.
+ */
+const OWNER_PREFIX = `${randomBytes(16).toString("hex")}-`;
+let ownerCount = 0;
+
+function newOwner(): string {
+  return OWNER_PREFIX + (++ownerCount).toString(36);
+}
 
 /**
  * A dlock client over a node-redis or ioredis client or cluster.
@@ -96,6 +112,8 @@ const NO_ABORT = new AbortController().signal;
 export class Dlock implements AsyncDisposable {
   /** @internal */
   readonly router: Router;
+  /** @internal The one timer of every lease this client grants. */
+  readonly watchdog = new Watchdog();
   /** The settings in force. */
   readonly options: Readonly<Required<DlockOptions>>;
 
@@ -108,10 +126,8 @@ export class Dlock implements AsyncDisposable {
   }
 
   /** Takes the lock on `key`; rejects with {@link LockBusyError} when not granted in the wait. */
-  async acquire(key: string, options: AcquireOptions = {}): Promise<Lease> {
-    const lease = await this.grant([key], false, options);
-    if (!lease) throw new LockBusyError([key]);
-    return lease;
+  acquire(key: string, options: AcquireOptions = {}): Promise<Lease> {
+    return this.grant([key], false, options, true) as Promise<Lease>;
   }
 
   /** Like {@link Dlock.acquire}, but resolves to `null` when busy. */
@@ -123,10 +139,8 @@ export class Dlock implements AsyncDisposable {
    * Takes every key in one atomic step (`DLOCK.MACQUIRE`), or none. In a
    * Cluster the keys must share a slot (use a hash tag: `{order:42}:a`).
    */
-  async acquireMany(keys: readonly string[], options: AcquireOptions = {}): Promise<Lease> {
-    const lease = await this.grant(keys, true, options);
-    if (!lease) throw new LockBusyError(keys);
-    return lease;
+  acquireMany(keys: readonly string[], options: AcquireOptions = {}): Promise<Lease> {
+    return this.grant(keys, true, options, true) as Promise<Lease>;
   }
 
   /** {@link Dlock.acquireMany} that resolves to `null` when busy. */
@@ -189,26 +203,31 @@ export class Dlock implements AsyncDisposable {
     return this.close();
   }
 
-  /** @internal Builds and sends an acquire; null when not granted. */
+  /**
+   * @internal Builds and sends an acquire: the lease, or when not granted
+   * null (`busy` false) or a {@link LockBusyError} (`busy` true).
+   */
   async grant(
     keys: readonly string[],
     multi: boolean,
     options: AcquireOptions,
+    busy = false,
   ): Promise<Lease | null> {
-    const signal = options.signal ?? NO_ABORT;
-    signal.throwIfAborted();
+    const signal = options.signal;
+    signal?.throwIfAborted();
     if (keys.length === 0) throw new DlockError("no key to lock");
     const ttl = options.ttl ?? this.options.ttl;
     if (!Number.isSafeInteger(ttl) || ttl <= 0)
       throw new DlockError(`invalid ttl ${ttl}: a positive integer of ms`);
     if (multi && options.fair) throw new DlockError("fair is for single keys");
-    const owner = options.owner ?? randomUUID();
     const generated = options.owner === undefined;
+    const owner = options.owner ?? newOwner();
+    const shared = options.shared === true;
     const first = keys[0] as string;
     const args: RedisArg[] = multi
       ? ["DLOCK.MACQUIRE", String(keys.length), ...keys, owner, String(ttl)]
       : [options.fair ? "DLOCK.FAIR" : "DLOCK.ACQUIRE", first, owner, String(ttl)];
-    if (options.shared) args.push("SHARED");
+    if (shared) args.push("SHARED");
     if (options.limit !== undefined) args.push("LIMIT", String(options.limit));
     if (options.weight !== undefined && options.weight !== 1)
       args.push("WEIGHT", String(options.weight));
@@ -225,39 +244,40 @@ export class Dlock implements AsyncDisposable {
     }
     const wait = options.wait ?? 0;
     const blocking = wait > 0 || options.replicas !== undefined || options.session === true;
-    const release = (grantOwner: string) =>
-      this.releaseAll(keys, grantOwner, options.shared === true);
 
-    let grants: Grant[] | null;
+    let grants: GrantText[] | null;
     let since: number;
     let session: { node: string; blocking: Blocking } | undefined;
     if (!blocking) {
-      const stamp = { sent: performance.now() };
+      const stamp = { sent: 0 };
       let reply: Reply;
       try {
         reply = await this.router.call(first, args, stamp);
       } catch (err) {
-        if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
+        if (generated) await this.settleUnanswered(err, keys, owner, shared);
         throw err;
       }
       since = stamp.sent;
       grants = readGrants(reply, multi);
-      if (signal.aborted) {
-        if (grants) await release(owner).catch(() => {});
+      if (signal?.aborted) {
+        if (grants) await this.releaseAll(keys, owner, shared).catch(() => {});
         throw signal.reason;
       }
     } else {
       if (wait > 0) args.push("BLOCK", Number.isFinite(wait) ? String(Math.ceil(wait)) : "0");
-      const node = await this.router.nodeOf(first);
-      const conn = await this.router.takeBlocking(node);
+      // A single server's node and an idle pooled connection come without an await.
+      const nodeOrPromise = this.router.nodeOf(first);
+      const node = typeof nodeOrPromise === "string" ? nodeOrPromise : await nodeOrPromise;
+      const taken = this.router.takeBlocking(node);
+      const conn = "conn" in taken ? taken : await taken;
       let giveBack = true;
       try {
-        since = performance.now();
+        const stamp = { sent: 0 };
         const timeout = Number.isFinite(wait) ? wait + this.options.waitMargin : undefined;
-        const pending = conn.conn.call(args, timeout);
+        const pending = conn.conn.call(args, timeout, stamp);
         let outcome: Reply | typeof ABORTED;
         try {
-          if (options.signal) {
+          if (signal) {
             // Raced against the signal, the reply may come (or fail) unread.
             pending.catch(() => {});
             outcome = await raceAbort(pending, signal);
@@ -265,25 +285,17 @@ export class Dlock implements AsyncDisposable {
             outcome = await pending;
           }
         } catch (err) {
-          if (generated) await this.settleUnanswered(err, keys, owner, options.shared === true);
+          if (generated) await this.settleUnanswered(err, keys, owner, shared);
           throw err;
         }
         if (outcome === ABORTED) {
           giveBack = false;
-          await this.cancelWait(
-            node,
-            conn,
-            pending,
-            keys,
-            owner,
-            generated,
-            options.shared === true,
-          );
-          throw signal.reason;
+          await this.cancelWait(node, conn, pending, keys, owner, generated, shared);
+          throw (signal as AbortSignal).reason;
         }
         grants = readGrants(outcome, multi);
         // A blocked grant's lease starts when the server grants it: count from the reply.
-        if (wait > 0) since = performance.now();
+        since = wait > 0 ? performance.now() : stamp.sent;
         if (grants && options.replicas) {
           const acked = toNumber(
             await conn.conn.call(
@@ -293,7 +305,7 @@ export class Dlock implements AsyncDisposable {
             "WAIT",
           );
           if (acked < options.replicas.count) {
-            await release(owner).catch(() => {});
+            await this.releaseAll(keys, owner, shared).catch(() => {});
             throw new NotReplicatedError(options.replicas.count, acked);
           }
         }
@@ -308,19 +320,23 @@ export class Dlock implements AsyncDisposable {
         if (giveBack) this.router.giveBack(node, conn);
       }
     }
-    if (!grants) return null;
-    const firstGrant = grants[0] as Grant;
+    if (!grants) {
+      if (busy) throw new LockBusyError(keys);
+      return null;
+    }
+    const firstGrant = grants[0] as GrantText;
     return new Lease({
       router: this.router,
-      keys: [...keys],
+      watchdog: this.watchdog,
+      keys: multi ? [...keys] : keys,
       owner: firstGrant.owner,
-      tokens: grants.map((g) => g.token),
+      tokens: multi ? grants.map((g) => g.token) : [firstGrant.token],
       holds: firstGrant.holds,
-      shared: options.shared === true,
+      shared,
       ttl,
       since,
       session,
-      watchdog: {
+      settings: {
         renewEvery: options.renewEvery ?? ttl / this.options.renewDivisor,
         safetyMargin: this.options.safetyMargin,
         clockDrift: this.options.clockDrift,
@@ -388,9 +404,9 @@ export class Dlock implements AsyncDisposable {
   }
 }
 
-function readGrants(reply: Reply, multi: boolean): Grant[] | null {
+function readGrants(reply: Reply, multi: boolean): GrantText[] | null {
   if (reply === null) return null;
-  if (!multi) return [toGrant(reply, "DLOCK.ACQUIRE")];
+  if (!multi) return [toGrantText(reply, "DLOCK.ACQUIRE")];
   if (!Array.isArray(reply)) throw new UnexpectedReplyError("DLOCK.MACQUIRE: expected an array");
-  return reply.map((grant) => toGrant(grant, "DLOCK.MACQUIRE"));
+  return reply.map((grant) => toGrantText(grant, "DLOCK.MACQUIRE"));
 }

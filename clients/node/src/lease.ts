@@ -7,6 +7,8 @@ import { performance } from "node:perf_hooks";
 import { DlockError, LockLostError, NotOwnerError, ServerError } from "./errors.js";
 import { toBigInt } from "./replies.js";
 import type { Blocking, Router } from "./router.js";
+import type { Reply } from "./transport.js";
+import type { Watchdog, Watched } from "./watchdog.js";
 
 /** How the watchdog of one lease is set. */
 export interface WatchdogSettings {
@@ -26,15 +28,18 @@ const RETRY_MS = 50;
 /** @internal What the client hands a new lease. */
 export interface LeaseInit {
   router: Router;
+  /** The client's one timer for all its leases. */
+  watchdog: Watchdog;
   keys: readonly string[];
   owner: string;
-  tokens: readonly bigint[];
+  /** Each key's token as the server's decimal text. */
+  tokens: readonly string[];
   holds: number;
   shared: boolean;
   ttl: number;
   /** Monotonic time (`performance.now()`) the lease is counted from. */
   since: number;
-  watchdog: WatchdogSettings;
+  settings: WatchdogSettings;
   /** A SESSION hold's connection, given back to the pool at release. */
   session?: { node: string; blocking: Blocking };
 }
@@ -49,13 +54,17 @@ export class LeaseReleasedError extends DlockError {
  *
  * `await using lease = await dlock.acquire("k")` releases it at the end of the block.
  */
-export class Lease implements AsyncDisposable {
+export class Lease implements AsyncDisposable, Watched {
   /** The keys held, in the order asked. */
   readonly keys: readonly string[];
   /** The owner name the holds are under (unique per lease unless you passed one). */
   readonly owner: string;
   /** Each key's fencing token, exact. */
-  readonly tokens: readonly bigint[];
+  get tokens(): readonly bigint[] {
+    // Made on first use: most leases are released without anyone reading it.
+    this.parsedTokens ??= this.tokenTexts.map((text) => BigInt(text));
+    return this.parsedTokens;
+  }
   /** The hold count after this grant (of the first key). */
   readonly holds: number;
   /** Whether the holds are shared (read lock, semaphore permit). */
@@ -85,12 +94,22 @@ export class Lease implements AsyncDisposable {
   private controller: AbortController | undefined;
   /** How the lease ended first, if it has: its signal's reason. */
   private ended: "released" | "lost" | undefined;
+  private readonly tokenTexts: readonly string[];
+  private parsedTokens: readonly bigint[] | undefined;
   private readonly router: Router;
+  private readonly watchdog: Watchdog;
   private readonly settings: WatchdogSettings;
   private readonly margin: number;
+  /** The local deadline: the lease counts as lost from then on unless a renewal moved it. */
   private deadline: number;
-  private renewTimer: NodeJS.Timeout | undefined;
-  private deadlineTimer: NodeJS.Timeout | undefined;
+  /** When the next renewal is due (Infinity: none scheduled, or one in flight). */
+  private renewAt: number;
+  /** Whether the watchdog wakes the lease at its deadline too. */
+  private watchDeadline: boolean;
+  /** @internal The watchdog's: when it wakes this lease. */
+  wakeAt = Infinity;
+  /** @internal The watchdog's: this lease's place in its heap. */
+  heapIndex = -1;
   private renewing: Promise<void> | undefined;
   private releasing: Promise<void> | undefined;
   private lostError: LockLostError | undefined;
@@ -99,22 +118,23 @@ export class Lease implements AsyncDisposable {
   /** @internal */
   constructor(init: LeaseInit) {
     this.router = init.router;
+    this.watchdog = init.watchdog;
     this.keys = init.keys;
     this.owner = init.owner;
-    this.tokens = init.tokens;
+    this.tokenTexts = init.tokens;
     this.holds = init.holds;
     this.shared = init.shared;
     this.ttl = init.ttl;
-    this.settings = init.watchdog;
+    this.settings = init.settings;
     this.session = init.session;
-    this.margin = init.watchdog.safetyMargin + init.ttl * init.watchdog.clockDrift;
+    this.margin = init.settings.safetyMargin + init.ttl * init.settings.clockDrift;
     this.deadline = init.since + init.ttl - this.margin;
-    // The deadline timer matters only once a renewal is due: the renewal
-    // timer arms it when it fires first (one timer less per short hold).
-    if (!this.settings.autoRenew || init.since + this.settings.renewEvery >= this.deadline) {
-      this.armDeadline();
-    }
-    if (this.settings.autoRenew) this.scheduleRenewal(this.settings.renewEvery);
+    // Counted from the send (or the grant), a little before now: never late.
+    this.renewAt = this.settings.autoRenew ? init.since + this.settings.renewEvery : Infinity;
+    // The deadline matters only once a renewal is due (the renewal's wake-up
+    // starts watching it), unless no renewal comes before it.
+    this.watchDeadline = this.renewAt >= this.deadline;
+    this.reschedule();
   }
 
   /** The fencing token of the first key. */
@@ -177,22 +197,23 @@ export class Lease implements AsyncDisposable {
       this.controller?.abort(new LeaseReleasedError("the lease was released"));
     }
     try {
-      const replies = await Promise.allSettled(
-        this.keys.map((key) =>
-          this.router.call(
-            key,
-            this.shared
-              ? ["DLOCK.RELEASE", key, this.owner, "SHARED"]
-              : ["DLOCK.RELEASE", key, this.owner],
-          ),
-        ),
-      );
       let notOwner: NotOwnerError | undefined;
-      for (const reply of replies) {
-        if (reply.status === "rejected" && !(reply.reason instanceof NotOwnerError)) {
-          throw reply.reason;
+      if (this.keys.length === 1) {
+        // One key, the usual case: its reply as it comes, nothing gathered.
+        try {
+          await this.releaseKey(this.keys[0] as string);
+        } catch (err) {
+          if (!(err instanceof NotOwnerError)) throw err;
+          notOwner = err;
         }
-        if (reply.status === "rejected") notOwner = reply.reason as NotOwnerError;
+      } else {
+        const replies = await Promise.allSettled(this.keys.map((key) => this.releaseKey(key)));
+        for (const reply of replies) {
+          if (reply.status === "rejected" && !(reply.reason instanceof NotOwnerError)) {
+            throw reply.reason;
+          }
+          if (reply.status === "rejected") notOwner = reply.reason as NotOwnerError;
+        }
       }
       // The server had ended a hold the watchdog had not yet seen end: the
       // lease is lost, and the release says so.
@@ -214,35 +235,41 @@ export class Lease implements AsyncDisposable {
     }
   }
 
+  private releaseKey(key: string): Promise<Reply> {
+    return this.router.call(
+      key,
+      this.shared
+        ? ["DLOCK.RELEASE", key, this.owner, "SHARED"]
+        : ["DLOCK.RELEASE", key, this.owner],
+    );
+  }
+
   private stopTimers(): void {
-    if (this.renewTimer) clearTimeout(this.renewTimer);
-    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
-    this.renewTimer = undefined;
-    this.deadlineTimer = undefined;
+    this.renewAt = Infinity;
+    this.watchDeadline = false;
+    this.watchdog.cancel(this);
   }
 
-  private armDeadline(): void {
-    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
-    const delay = Math.max(0, this.deadline - performance.now());
-    this.deadlineTimer = setTimeout(() => {
-      if (performance.now() >= this.deadline) {
-        this.lose("no renewal succeeded before the local deadline");
-      } else {
-        this.armDeadline();
-      }
-    }, delay);
-    this.deadlineTimer.unref();
+  /** Asks the watchdog for the earlier of the next renewal and the watched deadline. */
+  private reschedule(): void {
+    const at = this.watchDeadline ? Math.min(this.renewAt, this.deadline) : this.renewAt;
+    if (at === Infinity) this.watchdog.cancel(this);
+    else this.watchdog.schedule(this, at);
   }
 
-  private scheduleRenewal(delay: number): void {
+  /** @internal The watchdog's call: the deadline passed, or a renewal is due. */
+  wake(now: number): void {
     if (this.ended) return;
-    if (this.renewTimer) clearTimeout(this.renewTimer);
-    this.renewTimer = setTimeout(() => {
-      this.renewTimer = undefined;
-      if (!this.deadlineTimer) this.armDeadline();
+    if (this.watchDeadline && now >= this.deadline) {
+      this.lose("no renewal succeeded before the local deadline");
+      return;
+    }
+    if (now >= this.renewAt) {
+      this.renewAt = Infinity;
+      this.watchDeadline = true;
       void this.renewOnce().catch(() => {});
-    }, delay);
-    this.renewTimer.unref();
+    }
+    this.reschedule();
   }
 
   /** One renewal round: never two in flight for one lease. */
@@ -291,13 +318,18 @@ export class Lease implements AsyncDisposable {
         return;
       }
     }
+    const now = performance.now();
     if (retry) {
-      if (performance.now() + RETRY_MS < this.deadline) this.scheduleRenewal(RETRY_MS);
+      if (now + RETRY_MS < this.deadline) {
+        this.renewAt = now + RETRY_MS;
+        this.reschedule();
+      }
       return;
     }
     this.deadline = Math.max(this.deadline, sent + this.ttl - this.margin);
-    this.armDeadline();
-    if (this.settings.autoRenew) this.scheduleRenewal(this.settings.renewEvery);
+    this.watchDeadline = true;
+    if (this.settings.autoRenew) this.renewAt = now + this.settings.renewEvery;
+    this.reschedule();
   }
 
   private lose(why: string, cause?: unknown): void {

@@ -18,6 +18,16 @@ export function toBigInt(reply: unknown, what: string): bigint {
   throw new UnexpectedReplyError(`${what}: expected an exact integer, got ${describe(reply)}`);
 }
 
+/**
+ * An integer reply as its exact decimal text, checked but not yet a bigint
+ * (a lease's token is made a bigint only when read: `BigInt()` of every
+ * grant was a visible part of an acquire's cost).
+ */
+export function toIntegerText(reply: unknown, what: string): string {
+  if (typeof reply === "string" && DECIMAL.test(reply)) return reply;
+  return toBigInt(reply, what).toString();
+}
+
 /** An integer reply known to be small (hold counts, latch counts). */
 export function toNumber(reply: unknown, what: string): number {
   // Up to 15 digits is always below 2^53: exact as a JS number, no bigint needed.
@@ -43,18 +53,31 @@ export interface Grant {
   owner: string;
 }
 
-/** Reads a grant reply. */
-export function toGrant(reply: Reply, what: string): Grant {
+/** A grant with its token as checked decimal text. */
+export interface GrantText {
+  token: string;
+  holds: number;
+  owner: string;
+}
+
+/** Reads a grant reply, its token as decimal text. */
+export function toGrantText(reply: Reply, what: string): GrantText {
   if (!Array.isArray(reply) || reply.length < 3) {
     throw new UnexpectedReplyError(
       `${what}: expected [token, holds, owner], got ${describe(reply)}`,
     );
   }
   return {
-    token: toBigInt(reply[0], `${what} token`),
+    token: toIntegerText(reply[0], `${what} token`),
     holds: toNumber(reply[1], `${what} holds`),
     owner: toText(reply[2], `${what} owner`),
   };
+}
+
+/** Reads a grant reply. */
+export function toGrant(reply: Reply, what: string): Grant {
+  const grant = toGrantText(reply, what);
+  return { token: BigInt(grant.token), holds: grant.holds, owner: grant.owner };
 }
 
 function describe(reply: unknown): string {

@@ -13,9 +13,11 @@ import { performance } from "node:perf_hooks";
 import { slotOf } from "./slots.js";
 import type { Connection, RedisArg, Reply, Transport } from "./transport.js";
 
-/** A command in flight with a reply timeout: when it must have been answered. */
-interface Expiry {
+/** A command in flight: when it must have been answered (Infinity: no timeout). */
+interface InFlight {
   at: number;
+  timeoutMs: number | undefined;
+  command: RedisArg;
 }
 
 /**
@@ -24,11 +26,13 @@ interface Expiry {
  * connection watches every command in flight (not one timer and one extra
  * promise per command, which were a measurable part of an acquire +
  * release pair): it re-arms itself for the earliest deadline and lapses
- * once nothing is in flight.
+ * once nothing is in flight. A connection answers its commands in order, so
+ * the commands in flight are a queue, each reply settling the oldest, and
+ * the call is one `then` on the library's promise (no async frame).
  */
 export class Tracked {
-  private inflight = 0;
-  private readonly expiries = new Set<Expiry>();
+  /** The commands in flight, oldest first. */
+  private readonly inflight: InFlight[] = [];
   private timer: NodeJS.Timeout | undefined;
   /** When the timer fires (Infinity: not armed). */
   private timerAt = Infinity;
@@ -43,27 +47,50 @@ export class Tracked {
   get closed(): boolean {
     return this.conn.closed;
   }
-  /** Sends `args`; after `timeoutMs` without a reply the connection is closed and the call rejects. */
-  async call(args: readonly RedisArg[], timeoutMs: number | undefined): Promise<Reply> {
-    if (this.inflight++ === 0) this.conn.ref();
-    let expiry: Expiry | undefined;
-    if (timeoutMs !== undefined) {
-      expiry = { at: performance.now() + timeoutMs };
-      this.expiries.add(expiry);
-      if (expiry.at < this.timerAt) this.arm(expiry.at);
-    }
+  /**
+   * Sends `args`; after `timeoutMs` without a reply the connection is closed
+   * and the call rejects with a {@link TimeoutError}. `stamp` gets the time
+   * the command was written.
+   */
+  call(
+    args: readonly RedisArg[],
+    timeoutMs: number | undefined,
+    stamp?: SendStamp,
+  ): Promise<Reply> {
+    const now = performance.now();
+    if (stamp) stamp.sent = now;
+    let pending: Promise<Reply>;
     try {
-      return await this.conn.call(args);
+      pending = this.conn.call(args);
     } catch (err) {
-      if (expiry && this.expiredAt !== undefined && expiry.at <= this.expiredAt) {
-        throw new TimeoutError(`no reply to ${String(args[0])} within ${timeoutMs} ms`);
-      }
-      throw fromReplyError(err);
-    } finally {
-      if (expiry) this.expiries.delete(expiry);
-      if (--this.inflight === 0 && !this.conn.closed) this.conn.unref();
+      return Promise.reject(fromReplyError(err));
     }
+    // Recorded once sent (a reply cannot come before this tick ends).
+    if (this.inflight.length === 0) this.conn.ref();
+    const at = timeoutMs === undefined ? Infinity : now + timeoutMs;
+    this.inflight.push({ at, timeoutMs, command: args[0] as RedisArg });
+    if (at < this.timerAt) this.arm(at);
+    return pending.then(this.answered, this.failed);
   }
+  /** Takes the oldest command in flight off the queue: the one just settled. */
+  private settle(): InFlight | undefined {
+    const settled = this.inflight.shift();
+    if (this.inflight.length === 0 && !this.conn.closed) this.conn.unref();
+    return settled;
+  }
+  private readonly answered = (reply: Reply): Reply => {
+    this.settle();
+    return reply;
+  };
+  private readonly failed = (err: unknown): never => {
+    const settled = this.settle();
+    if (settled && this.expiredAt !== undefined && settled.at <= this.expiredAt) {
+      throw new TimeoutError(
+        `no reply to ${String(settled.command)} within ${settled.timeoutMs} ms`,
+      );
+    }
+    throw fromReplyError(err);
+  };
   private arm(at: number): void {
     if (this.timer) clearTimeout(this.timer);
     this.timerAt = at;
@@ -76,7 +103,7 @@ export class Tracked {
     this.timerAt = Infinity;
     const now = performance.now();
     let earliest = Infinity;
-    for (const expiry of this.expiries) earliest = Math.min(earliest, expiry.at);
+    for (const command of this.inflight) earliest = Math.min(earliest, command.at);
     if (earliest <= now) {
       this.expiredAt = now;
       this.conn.close();
@@ -159,9 +186,13 @@ export class Router {
     return tracked;
   }
 
-  /** The node serving `key`: `""` on a single server. */
-  async nodeOf(key: string | Buffer): Promise<string> {
+  /** The node serving `key`: `""` on a single server (without a promise). */
+  nodeOf(key: string | Buffer): string | Promise<string> {
     if (!this.transport.isCluster) return "";
+    return this.clusterNodeOf(key);
+  }
+
+  private async clusterNodeOf(key: string | Buffer): Promise<string> {
     if (!this.slots) await this.loadSlots();
     const node = this.slots?.[slotOf(key)];
     if (node === undefined) throw new DlockError(`no node serves the slot of key ${String(key)}`);
@@ -258,23 +289,21 @@ export class Router {
   /** Sends an immediate command on `node`'s command connection. */
   callOn(node: string, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
     const ready = this.nodes.get(node)?.ready;
-    if (ready && !ready.closed) {
-      if (stamp) stamp.sent = performance.now();
-      return ready.call(args, this.options.responseTimeout);
-    }
-    return this.command(node).then((conn) => {
-      if (stamp) stamp.sent = performance.now();
-      return conn.call(args, this.options.responseTimeout);
-    });
+    if (ready && !ready.closed) return ready.call(args, this.options.responseTimeout, stamp);
+    return this.command(node).then((conn) => conn.call(args, this.options.responseTimeout, stamp));
   }
 
-  /** A connection for one blocking wait on `node`, from the pool or new. */
-  async takeBlocking(node: string): Promise<Blocking> {
+  /** A connection for one blocking wait on `node`: an idle one from the pool (without a promise), or a new one. */
+  takeBlocking(node: string): Blocking | Promise<Blocking> {
     const state = this.state(node);
     while (state.idle.length > 0) {
       const blocking = state.idle.pop() as Blocking;
       if (!blocking.conn.closed) return blocking;
     }
+    return this.openBlocking(node);
+  }
+
+  private async openBlocking(node: string): Promise<Blocking> {
     const conn = await this.open(node);
     try {
       const id = await conn.call(["CLIENT", "ID"], this.options.responseTimeout);

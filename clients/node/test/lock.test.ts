@@ -7,6 +7,7 @@ import {
   LeaseReleasedError,
   DeadlockError,
   NotReplicatedError,
+  type Lease,
 } from "../src/index.js";
 import {
   ADAPTERS,
@@ -124,6 +125,38 @@ for (const kind of serverKinds()) {
           const info = await server.info(k("dog"));
           assert.equal(BigInt(String(info?.["token"])), lease.token);
           await lease.release();
+        });
+
+        it("one watchdog for many leases: each of mixed ttls renewed, one lost alone, released ones gone", async () => {
+          const ttls = [900, 300, 600, 450, 300, 750, 600, 350, 900, 400, 500, 300];
+          const leases = await Promise.all(
+            ttls.map((ttl, i) => dlock.acquire(k(`many${i}`), { ttl })),
+          );
+          const released = [1, 5, 9];
+          await Promise.all(released.map((i) => (leases[i] as Lease).release()));
+          await server.admin.del(k("many6"));
+          const kept = ttls.map((_, i) => i).filter((i) => i !== 6 && !released.includes(i));
+          // A renewal shows as the server's pttl going up; wait for two of each lease.
+          const lastPttl = new Map<number, number>();
+          const renewals = new Map<number, number>(kept.map((i) => [i, 0]));
+          await eventually("every kept lease renewed twice", 5_000, async () => {
+            for (const i of kept) {
+              const info = await server.info(k(`many${i}`));
+              assert.equal(BigInt(String(info?.["token"])), (leases[i] as Lease).token);
+              const pttl = Number(info?.["pttl"]);
+              if (pttl > (lastPttl.get(i) ?? Infinity)) renewals.set(i, (renewals.get(i) ?? 0) + 1);
+              lastPttl.set(i, pttl);
+            }
+            return kept.every((i) => (renewals.get(i) as number) >= 2);
+          });
+          await eventually("the deleted one is lost", 2_000, () => (leases[6] as Lease).lost);
+          for (const i of kept) assert.equal((leases[i] as Lease).held, true, `lease ${i} held`);
+          for (const i of released) {
+            assert.equal(await server.info(k(`many${i}`)), null);
+            assert.equal((leases[i] as Lease).lost, false);
+          }
+          await Promise.all(kept.map((i) => (leases[i] as Lease).release()));
+          assert.equal(dlock.watchdog.size, 0);
         });
 
         it("a deleted lock aborts the signal with LockLostError", async () => {

@@ -14,6 +14,7 @@ import {
   type Transport,
 } from "../src/index.js";
 import { toGrant } from "../src/replies.js";
+import { Watchdog, type Watched } from "../src/watchdog.js";
 import {
   ADAPTERS,
   REPO,
@@ -44,6 +45,58 @@ describe("exact integers", () => {
     assert.equal(toBigInt("-9223372036854775808", "t"), -(2n ** 63n));
     assert.throws(() => toBigInt(2 ** 60, "t"));
     assert.throws(() => toBigInt("1.5", "t"));
+  });
+});
+
+describe("the watchdog's one timer", () => {
+  it("wakes every scheduled item once at or after its time, and no cancelled one", async () => {
+    const dog = new Watchdog();
+    const start = performance.now();
+    const woken = new Map<number, number>();
+    let cancelledWoke = 0;
+    let remaining = 0;
+    let allWoken!: () => void;
+    const done = new Promise<void>((resolve) => (allWoken = resolve));
+    const items: Array<Watched & { id: number; cancelled: boolean }> = [];
+    for (let id = 0; id < 60; id++) {
+      const item = {
+        id,
+        cancelled: false,
+        wakeAt: Infinity,
+        heapIndex: -1,
+        wake(now: number) {
+          if (this.cancelled) cancelledWoke++;
+          assert.ok(now >= this.wakeAt, `item ${this.id} woken before its time`);
+          assert.equal(woken.has(this.id), false, `item ${this.id} woken twice`);
+          woken.set(this.id, now);
+          if (--remaining === 0) allWoken();
+        },
+      };
+      items.push(item);
+      // Out of order, several at the same time, some due at once.
+      dog.schedule(item, start + ((id * 37) % 41));
+    }
+    // Moved later, moved earlier, and cancelled, from the middle of the heap.
+    for (const item of items.slice(10, 20)) dog.schedule(item, start + 45 + (item.id % 3));
+    for (const item of items.slice(20, 25)) dog.schedule(item, start + 1);
+    for (const item of items.slice(30, 40)) {
+      item.cancelled = true;
+      dog.cancel(item);
+      dog.cancel(item); // twice: nothing
+    }
+    remaining = items.filter((item) => !item.cancelled).length;
+    assert.equal(dog.size, remaining);
+    // The watchdog's timer is unref'd: something else must keep the test alive.
+    const alive = setInterval(() => {}, 1_000);
+    try {
+      await done;
+    } finally {
+      clearInterval(alive);
+    }
+    assert.equal(cancelledWoke, 0);
+    assert.equal(woken.size, 50);
+    assert.equal(dog.size, 0);
+    for (const item of items.slice(10, 20)) assert.ok((woken.get(item.id) as number) >= start + 45);
   });
 });
 
