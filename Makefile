@@ -122,5 +122,7 @@ clean:
 # `bench` where it has one (go-bench, java-bench, node-bench). The Rust
 # client (clients/rust) is a workspace member: its suites run in `test`
 # above and in the integration runs.
-CLIENTS := go java node python
-include $(CLIENTS:%=clients/%/client.mk)
+include clients/go/client.mk
+include clients/java/client.mk
+include clients/node/client.mk
+include clients/python/client.mk
