@@ -692,6 +692,21 @@ const V3_ALICE: i64 = 1795683376330723;
 const V3_BOB: i64 = 1795683376351462;
 const V3_ERIN: i64 = 1795683376368774;
 
+/// Saves `keys` in the current RDB version, restarts, and checks each loads
+/// back as it was (its state and its DEBUG DIGEST-VALUE).
+fn saved_and_loaded_alike(server: &mut Server, conn: &mut Connection, keys: &[&str]) {
+    let picture = |conn: &mut Connection| -> Vec<_> {
+        keys.iter()
+            .map(|k| (still_picture(conn, k), digest(conn, k)))
+            .collect()
+    };
+    let before = picture(conn);
+    let _: () = redis::cmd("SAVE").query(conn).unwrap();
+    server.restart();
+    *conn = server.connect();
+    assert_eq!(before, picture(conn));
+}
+
 fn loaded(file: &[u8]) -> Server {
     Server::with_files(
         &[("dump.rdb", file)],
@@ -748,19 +763,7 @@ fn rdb_files_of_versions_1_2_and_3_load() {
     // The loaded semaphore works by weight: carol's reservation heads it.
     assert_eq!(take_weighted(&mut conn, "v2:sem", "zed", 3, 1), None);
     // Saved again in version 3, and loaded back the same.
-    let keys = ["v2:sem", "v2:excl"];
-    let before: Vec<_> = keys
-        .iter()
-        .map(|k| (still_picture(&mut conn, k), digest(&mut conn, k)))
-        .collect();
-    let _: () = redis::cmd("SAVE").query(&mut conn).unwrap();
-    server.restart();
-    let mut conn = server.connect();
-    let after: Vec<_> = keys
-        .iter()
-        .map(|k| (still_picture(&mut conn, k), digest(&mut conn, k)))
-        .collect();
-    assert_eq!(before, after);
+    saved_and_loaded_alike(&mut server, &mut conn, &["v2:sem", "v2:excl"]);
     drop(server);
 
     let mut server = loaded(V3_RDB);
@@ -808,19 +811,7 @@ fn rdb_files_of_versions_1_2_and_3_load() {
         Value::Nil,
         "2 + 4 > 5"
     );
-    let keys = ["v3:sem", "v3:mixed"];
-    let before: Vec<_> = keys
-        .iter()
-        .map(|k| (still_picture(&mut conn, k), digest(&mut conn, k)))
-        .collect();
-    let _: () = redis::cmd("SAVE").query(&mut conn).unwrap();
-    server.restart();
-    let mut conn = server.connect();
-    let after: Vec<_> = keys
-        .iter()
-        .map(|k| (still_picture(&mut conn, k), digest(&mut conn, k)))
-        .collect();
-    assert_eq!(before, after);
+    saved_and_loaded_alike(&mut server, &mut conn, &["v3:sem", "v3:mixed"]);
 }
 
 /// Holders of several weights, re-entries, a downgrade, weighted
