@@ -57,6 +57,27 @@ for (const kind of serverKinds()) {
           assert.equal(lease.lost, false);
         });
 
+        it("gives every acquisition an owner of its own (R1.1)", async () => {
+          const other = new Dlock(user.client);
+          try {
+            const leases = [
+              await dlock.acquire(k("own1")),
+              await dlock.acquire(k("own2")),
+              await other.acquire(k("own3")),
+            ];
+            const owners = leases.map((lease) => lease.owner);
+            assert.equal(new Set(owners).size, owners.length, `${owners}`);
+            for (const owner of owners) assert.match(owner, /^[0-9a-f]{32}-[0-9a-z]+$/);
+            // Re-taking a released lock is a new acquisition: a new owner.
+            await leases[0]?.release();
+            const again = await dlock.acquire(k("own1"));
+            assert.ok(!owners.includes(again.owner), again.owner);
+            for (const lease of [...leases, again]) await lease.release();
+          } finally {
+            await other.close();
+          }
+        });
+
         it("tryAcquire resolves null when busy, acquire rejects LockBusyError", async () => {
           const held = await dlock.acquire(k("busy"));
           assert.equal(await dlock.tryAcquire(k("busy")), null);
