@@ -211,7 +211,7 @@ fn a_change_among_older_holders_does_not_wake_it() {
 }
 
 #[test]
-fn del_flushall_rename_and_restore_wake_it() {
+fn del_flushall_rename_restore_and_copy_wake_it() {
     let server = Server::start();
     let mut conn = server.connect();
     let (token, _, _) = acquire(&mut conn, "job", "alice", 60_000).unwrap();
@@ -248,6 +248,13 @@ fn del_flushall_rename_and_restore_wake_it() {
     let restore: [&[u8]; 5] = [b"RESTORE", b"copy", expire_at.as_bytes(), &dump, b"ABSTTL"];
     run(&mut conn, &restore).unwrap();
     assert_held(answer(restored), token, "alice", 60_000);
+    assert_eq!(watchers(&mut conn), 1, "the other key's watcher waits on");
+
+    // COPY onto a watched key.
+    let copied = spawn_watch(&server, "copied", 0);
+    wait_for_watchers(&mut conn, 2);
+    assert_eq!(int(&mut conn, &["COPY", "moved", "copied"]), 1);
+    assert_held(answer(copied), token, "alice", 60_000);
     assert_eq!(watchers(&mut conn), 1, "the other key's watcher waits on");
     drop(idle);
 }

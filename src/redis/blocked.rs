@@ -22,6 +22,14 @@
 //! * `CLIENT UNBLOCK`: Redis's timeout callback takes it out of its places,
 //!   records the timeout and replies null.
 //!
+//! A kind may block its clients on a key instead ([`block_on_key`]), so
+//! that Redis tells it ([`BlockedKind::key_ready`]) when any command adds
+//! a value at that key. Redis treats such clients differently, and this
+//! layer hides it: it replies to them, when the module unblocks them,
+//! through the timeout callback with the private data given at blocking
+//! (so [`Handle::answer`] leaves the answer in a slot there first), and it
+//! releases their handle itself when they leave.
+//!
 //! Redis 7.0 runs `CLIENT UNBLOCK` before replying to clients unblocked
 //! earlier in the same event-loop turn: the timeout callback then sends the
 //! answer already handed to the client instead of null, and an answer whose
@@ -40,7 +48,7 @@ use std::thread::LocalKey;
 
 use redis_module::raw;
 
-use super::ffi::{api, Ctx};
+use super::ffi::{api, Ctx, KeyName};
 use super::timeouts::{self, Blocked};
 use crate::lock::WaiterId;
 
@@ -79,18 +87,40 @@ pub trait BlockedKind: Sized + 'static {
     /// Redis frees an answer it was handed (after replying, or having
     /// dropped the reply).
     fn freed(_answer: Self::Answer) {}
+
+    /// Redis signalled `key`, which a client of this kind blocked on with
+    /// [`block_on_key`], as ready: a value was added at it (by any
+    /// command). The clients it concerns are answered as usual, through
+    /// their handles.
+    fn key_ready(_ctx: Ctx, _key: &[u8]) {}
+}
+
+/// Where the answer to a client blocked on a key waits for its timeout
+/// callback. Redis replies to such a client, when the module unblocks it,
+/// through the timeout callback, which it hands the private data given
+/// when the client blocked (the one given to `UnblockClient` is dropped).
+struct AnswerSlot<A> {
+    answer: RefCell<Option<A>>,
 }
 
 /// A blocked client's handle, out of the registry: it must be answered
 /// (unblocked) once.
-pub struct Handle<K> {
+pub struct Handle<K: BlockedKind> {
     raw: *mut raw::RedisModuleBlockedClient,
+    /// The answer slot of a client blocked on a key ([`block_on_key`]);
+    /// null for a client blocked with [`block`].
+    slot: *mut AnswerSlot<K::Answer>,
     kind: PhantomData<K>,
 }
 
 impl<K: BlockedKind> Handle<K> {
-    /// Unblocks the client with the answer its reply callback sends.
+    /// Unblocks the client with the answer its reply callback (its timeout
+    /// callback, if it blocked on a key) sends.
     pub fn answer(self, answer: K::Answer) {
+        if !self.slot.is_null() {
+            self.answer_on_key(answer);
+            return;
+        }
         let reply = Box::into_raw(Box::new(answer)).cast::<c_void>();
         let status =
             api!(RedisModule_UnblockClient(self.raw, reply) else raw::REDISMODULE_ERR as c_int);
@@ -99,17 +129,43 @@ impl<K: BlockedKind> Handle<K> {
             drop(unsafe { Box::from_raw(reply.cast::<K::Answer>()) });
         }
     }
+
+    /// [`Handle::answer`] for a client blocked on a key: the answer goes
+    /// into its slot, then `UnblockClient` has Redis run the timeout
+    /// callback, which sends it (at once on Redis 7.x and Valkey, in the
+    /// same event-loop turn on Redis 8).
+    fn answer_on_key(self, answer: K::Answer) {
+        // SAFETY: the slot lives until free_slot::<K>, which Redis calls
+        // only after the client is unblocked; a handle out of the registry
+        // has not been unblocked yet (every other way out takes the client
+        // out of the registry first).
+        let slot = unsafe { &*self.slot };
+        let Ok(mut held) = slot.answer.try_borrow_mut() else {
+            return;
+        };
+        *held = Some(answer);
+        drop(held);
+        let status = api!(RedisModule_UnblockClient(self.raw, std::ptr::null_mut())
+            else raw::REDISMODULE_ERR as c_int);
+        if status != raw::REDISMODULE_OK as c_int {
+            if let Some(answer) = slot.answer.take() {
+                K::freed(answer);
+            }
+        }
+    }
 }
 
 /// A blocked client's registry entry.
-struct Entry<R> {
+struct Entry<K: BlockedKind> {
     handle: *mut raw::RedisModuleBlockedClient,
-    record: R,
+    /// See [`Handle::slot`].
+    slot: *mut AnswerSlot<K::Answer>,
+    record: K::Record,
 }
 
 /// The blocked clients of one kind, by id and by Redis handle.
 pub struct Registry<K: BlockedKind> {
-    records: HashMap<WaiterId, Entry<K::Record>>,
+    records: HashMap<WaiterId, Entry<K>>,
     by_handle: HashMap<usize, WaiterId>,
 }
 
@@ -153,6 +209,7 @@ impl<K: BlockedKind> Registry<K> {
         self.by_handle.remove(&(entry.handle as usize));
         let handle = Handle {
             raw: entry.handle,
+            slot: entry.slot,
             kind: PhantomData,
         };
         Some((handle, entry.record))
@@ -185,7 +242,60 @@ pub fn block<K: BlockedKind>(ctx: Ctx, id: WaiterId, record: K::Record) -> bool 
     api!(RedisModule_SetDisconnectCallback(handle, Some(disconnect_callback::<K>)) else ());
     with::<K, _>(|registry| {
         registry.by_handle.insert(handle as usize, id);
-        registry.records.insert(id, Entry { handle, record });
+        registry.records.insert(
+            id,
+            Entry {
+                handle,
+                slot: std::ptr::null_mut(),
+                record,
+            },
+        );
+    });
+    true
+}
+
+/// Blocks the calling client on `key`, with no Redis timeout (the caller
+/// keeps it), and registers it as `id` with `record`. Redis then calls
+/// [`BlockedKind::key_ready`] whenever a value is added at `key`, by any
+/// command: what a keyspace-event subscription would tell, at no cost to
+/// the commands on other keys. False if Redis refused to block it
+/// (nothing is registered).
+pub fn block_on_key<K: BlockedKind>(
+    ctx: Ctx,
+    key: KeyName,
+    id: WaiterId,
+    record: K::Record,
+) -> bool {
+    let slot = Box::into_raw(Box::new(AnswerSlot::<K::Answer> {
+        answer: RefCell::new(None),
+    }));
+    let mut keys = [key.raw_string()];
+    let handle = api!(RedisModule_BlockClientOnKeys(
+        ctx.raw(),
+        Some(key_ready_callback::<K>),
+        Some(keyed_timeout_callback::<K>),
+        Some(free_slot::<K>),
+        0,
+        keys.as_mut_ptr(),
+        1,
+        slot.cast::<c_void>()
+    ) else std::ptr::null_mut());
+    if handle.is_null() {
+        // SAFETY: Redis did not take the slot; we still own it.
+        drop(unsafe { Box::from_raw(slot) });
+        return false;
+    }
+    api!(RedisModule_SetDisconnectCallback(handle, Some(disconnect_callback::<K>)) else ());
+    with::<K, _>(|registry| {
+        registry.by_handle.insert(handle as usize, id);
+        registry.records.insert(
+            id,
+            Entry {
+                handle,
+                slot,
+                record,
+            },
+        );
     });
     true
 }
@@ -227,7 +337,11 @@ fn depart<K: BlockedKind>(
     let id =
         with::<K, _>(|registry| registry.by_handle.get(&(handle as usize)).copied()).flatten()?;
     let (handle, record) = leave::<K>(ctx, id)?;
-    api!(RedisModule_UnblockClient(handle.raw, std::ptr::null_mut()) else 0);
+    // Redis releases the handle of a client blocked on a key itself when
+    // it leaves (and would run its timeout callback again if asked to).
+    if handle.slot.is_null() {
+        api!(RedisModule_UnblockClient(handle.raw, std::ptr::null_mut()) else 0);
+    }
     Some(record)
 }
 
@@ -298,4 +412,73 @@ extern "C" fn free_answer<K: BlockedKind>(_ctx: *mut raw::RedisModuleCtx, data: 
     // SAFETY: see `handed_answer`; Redis calls this once per handed box.
     let answer = unsafe { Box::from_raw(data.cast::<K::Answer>()) };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| K::freed(*answer)));
+}
+
+/// The reply callback of a client blocked on a key: Redis calls it when a
+/// value is added at the key. It never replies itself: the clients the
+/// change concerns, this one included, are answered through their
+/// handles, so Redis is told that this call served no one.
+extern "C" fn key_ready_callback<K: BlockedKind>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ctx = Ctx::from_raw(ctx);
+    let key = api!(RedisModule_GetBlockedClientReadyKey(ctx.raw()) else std::ptr::null_mut());
+    if !key.is_null() {
+        let key = KeyName::from_raw(key);
+        let _ = std::panic::catch_unwind(|| K::key_ready(ctx, key.bytes()));
+    }
+    raw::REDISMODULE_ERR as c_int
+}
+
+/// The timeout callback of a client blocked on a key: it sends the answer
+/// in the slot ([`Handle::answer_on_key`]); with none, `CLIENT UNBLOCK`
+/// timed the client out.
+extern "C" fn keyed_timeout_callback<K: BlockedKind>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ctx = Ctx::from_raw(ctx);
+    let replied = std::panic::catch_unwind(|| {
+        let data =
+            api!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else std::ptr::null_mut());
+        // SAFETY: the private data of a client blocked with these callbacks
+        // is its AnswerSlot (`block_on_key`), which Redis keeps until
+        // free_slot::<K> runs, after this callback.
+        let slot = unsafe { data.cast::<AnswerSlot<K::Answer>>().as_ref() };
+        if let Some(held) = slot.and_then(|slot| slot.answer.try_borrow().ok()) {
+            if let Some(answer) = held.as_ref() {
+                K::reply(ctx, answer);
+                return;
+            }
+        }
+        let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
+        if let Some(record) = (!handle.is_null())
+            .then(|| depart::<K>(ctx, handle))
+            .flatten()
+        {
+            K::timed_out(ctx, &record);
+        }
+        ctx.reply_null();
+    });
+    if replied.is_err() {
+        ctx.reply_null();
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn free_slot<K: BlockedKind>(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: see `keyed_timeout_callback`; Redis calls this once, when it
+    // frees the blocked client.
+    let slot = unsafe { Box::from_raw(data.cast::<AnswerSlot<K::Answer>>()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Some(answer) = slot.answer.into_inner() {
+            K::freed(answer);
+        }
+    }));
 }

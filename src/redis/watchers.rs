@@ -15,9 +15,13 @@
 //!   overwrite, RENAME or MOVE away; on a replica the master's DEL): the
 //!   type's unlink callback calls [`key_removed`];
 //! * a value arrives at the key from elsewhere (RENAME or MOVE onto it,
-//!   RESTORE, COPY): a keyspace-event subscription for the generic class,
-//!   made when the first client watches (so that servers where nobody
-//!   watches are not called for every DEL), rereads the key;
+//!   RESTORE, COPY): watchers block on their key
+//!   ([`blocked::block_on_key`]), so Redis signals the key as ready when a
+//!   value is added at it and [`BlockedKind::key_ready`] rereads it. A
+//!   keyspace-event subscription would tell the same, but Redis would call
+//!   it for every DEL and EXPIRE of every key, and a module cannot take a
+//!   subscription back: the signal of a key costs nothing to commands on
+//!   keys nobody watches;
 //! * a flush, SWAPDB or a replica's full load replaces the data set
 //!   ([`flush_database`], [`recheck_databases`], [`recheck_all`]).
 //!
@@ -36,15 +40,12 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::LocalKey;
 
-use redis_module::raw;
-
 use super::blocked::{self, BlockedKind, Registry};
-use super::ffi::{self, api, Ctx, KeyName};
+use super::ffi::{self, Ctx, KeyName};
 use super::scheduler;
 use super::timeouts::Blocked;
 use crate::commands::CommandError;
@@ -108,8 +109,6 @@ thread_local! {
     static REGISTRY: RefCell<Registry<Watchers>> = RefCell::new(Registry::default());
     static BY_KEY: RefCell<ByKey> = RefCell::new(HashMap::new());
     static NEXT_ID: Cell<WaiterId> = const { Cell::new(0) };
-    /// Whether the generic keyspace events are subscribed to (done once).
-    static SUBSCRIBED: Cell<bool> = const { Cell::new(false) };
 }
 
 impl BlockedKind for Watchers {
@@ -140,6 +139,14 @@ impl BlockedKind for Watchers {
         match answer {
             Answer::Changed(newest) => reply_state(ctx, newest.as_ref(), crate::clock::now_ms()),
             Answer::TimedOut => ctx.reply_null(),
+        }
+    }
+
+    /// A value was added at a watched key (RENAME, MOVE, RESTORE, COPY, or
+    /// a lock created there): its watchers whose token differs are answered.
+    fn key_ready(ctx: Ctx, key: &[u8]) {
+        if is_watched(ctx.selected_db(), key) {
+            recheck(ctx, key);
         }
     }
 }
@@ -196,7 +203,6 @@ pub fn block(
     timeout_ms: u64,
     newest_deadline_ms: Option<u64>,
 ) -> Result<(), CommandError> {
-    subscribe_once(ctx);
     let id = NEXT_ID
         .try_with(|next| {
             next.set(next.get() + 1);
@@ -209,7 +215,7 @@ pub fn block(
         key: name.bytes().into(),
         known,
     };
-    if !blocked::block::<Watchers>(ctx, id, record) {
+    if !blocked::block_on_key::<Watchers>(ctx, name, id, record) {
         return Err(CommandError::BlockFailed);
     }
     BY_KEY.with_borrow_mut(|by_key| {
@@ -418,50 +424,4 @@ pub fn flush_database(db: i32) {
 /// Watcher `id`'s timeout passed (the scheduler's timer): answered null.
 pub fn time_out(ctx: Ctx, id: WaiterId) {
     blocked::time_out::<Watchers>(ctx, id);
-}
-
-/// Subscribes to the generic keyspace events, once: a value arriving at a
-/// watched key by RENAME, MOVE, RESTORE or COPY fires no callback of the
-/// data type.
-fn subscribe_once(ctx: Ctx) {
-    if SUBSCRIBED.try_with(Cell::get).unwrap_or(true) {
-        return;
-    }
-    let status = api!(RedisModule_SubscribeToKeyspaceEvents(
-        ctx.raw(),
-        raw::REDISMODULE_NOTIFY_GENERIC as c_int,
-        Some(on_generic_event)
-    ) else raw::REDISMODULE_ERR as c_int);
-    if status == raw::REDISMODULE_OK as c_int {
-        let _ = SUBSCRIBED.try_with(|subscribed| subscribed.set(true));
-    }
-}
-
-/// The generic events that bring a value to their key.
-const ARRIVALS: [&CStr; 4] = [c"rename_to", c"move_to", c"restore", c"copy_to"];
-
-unsafe extern "C" fn on_generic_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _class: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    if event.is_null() || key.is_null() {
-        return raw::REDISMODULE_OK as c_int;
-    }
-    // SAFETY: Redis passes the event's name as a NUL-terminated string
-    // that lives for the call.
-    let event = unsafe { CStr::from_ptr(event) };
-    if !ARRIVALS.contains(&event) {
-        return raw::REDISMODULE_OK as c_int;
-    }
-    let ctx = Ctx::from_raw(ctx);
-    let name = KeyName::from_raw(key);
-    let _ = std::panic::catch_unwind(|| {
-        // Redis selects the event's database in the callback's context.
-        if is_watched(ctx.selected_db(), name.bytes()) {
-            recheck(ctx, name.bytes());
-        }
-    });
-    raw::REDISMODULE_OK as c_int
 }

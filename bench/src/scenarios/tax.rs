@@ -5,6 +5,7 @@
 use super::flushall;
 use super::load::{self, Case, Op, Plan};
 use crate::report::{Section, Table, Target};
+use crate::resp::Conn;
 use crate::scripts::Scripts;
 use crate::server::Server;
 use crate::stats::{thousands, times};
@@ -76,18 +77,19 @@ pub fn run(config: &Config) -> Res<Section> {
             0.98,
         ));
     }
-    // The first DLOCK.WATCH that blocks registers a subscription to the
-    // generic keyspace events for the server's life (Redis 7.0 has no way
-    // to drop it): SET ... PX and DEL then each call into the module.
+    // A client blocked in DLOCK.WATCH for the whole measurement (a
+    // follower waiting for a leader change): Redis must not call into the
+    // module for the other keys' commands because of it. The watcher
+    // blocks on its key (Redis signals it when a value arrives there)
+    // instead of subscribing to keyspace events, which would have Redis
+    // call the module for every SET ... PX and DEL of any key.
     let watched = Server::start(config, &[])?;
     let mut watched_conn = watched.conn()?;
     let watched_scripts = Scripts::load(&mut watched_conn)?;
-    let answer = watched_conn.call(&["DLOCK.WATCH", "tax:watched", "0", "1"])?;
-    if !answer.is_nil() {
-        crate::bail!(
-            "DLOCK.WATCH of a free key with token 0 replied {answer:?}, not null at its timeout"
-        );
-    }
+    let mut watcher = watched.conn()?;
+    watcher.queue(&["DLOCK.WATCH", "tax:watched", "0", "0"]);
+    watcher.flush()?;
+    wait_for_watchers(&mut watched_conn, 1)?;
     let cases = [
         Case {
             server: &watched,
@@ -102,19 +104,31 @@ pub fn run(config: &Config) -> Res<Section> {
     ];
     let rates = load::interleaved(&cases, plan, "tax:watched")?;
     table.row(vec![
-        format!("{} (dlock after a DLOCK.WATCH)", name(Op::SetNxDel)),
+        format!(
+            "{} (dlock, a client blocked in DLOCK.WATCH)",
+            name(Op::SetNxDel)
+        ),
         thousands(rates.median(1)),
         thousands(rates.median(0)),
         times(rates.ratio(0, 1)),
         rates.ratio_spread(0, 1),
     ]);
-    targets.push(Target::context(
+    targets.push(Target::at_least(
         &config.tag(&format!(
-            "module tax: {} with dlock after a DLOCK.WATCH / without",
+            "module tax: {} with dlock, a client blocked in DLOCK.WATCH / without",
             name(Op::SetNxDel)
         )),
         rates.ratio(0, 1),
+        0.98,
     ));
+    if watched_conn
+        .call(&["INFO", "dlock"])?
+        .as_text()
+        .is_none_or(|info| !info.contains("dlock_watchers:1"))
+    {
+        crate::bail!("the watcher of the tax measurement stopped waiting during it");
+    }
+    watcher.close();
     flushall(&mut watched_conn)?;
     flushall(&mut module_conn)?;
     flushall(&mut plain_conn)?;
@@ -142,11 +156,37 @@ pub fn run(config: &Config) -> Res<Section> {
          (keyspace-event subscriptions, command filters, server events)."
             .into(),
     );
+    section.notes.push(
+        "The last row keeps a client blocked in DLOCK.WATCH for the whole measurement (a \
+         follower waiting for a leader change). A watcher blocks on its key, which the \
+         server signals when a value arrives there; for a string key that signal ends at \
+         the server's first test. A keyspace-event subscription, the first design, had the \
+         server call the module for every DEL and every SET ... PX for the rest of its \
+         life: 0.87x (Redis 7.0), 0.89x (Redis 8.0) and 0.95x (Valkey 9) in the bench \
+         of 2026-11-26 12:57."
+            .into(),
+    );
     section.commands = vec![
         format!("target/release/dlock-bench --only 8   # {CONNECTIONS} connections x batches of {PIPELINE}, k = tax:<case>:<round>:<connection>:<n>, on each server:"),
         format!("#   {} | {} | {}", Op::SetNxDel.commands(), Op::Get.commands(), Op::Incr.commands()),
         "#   the server without dlock: the command line above without --loadmodule".into(),
-        "#   the last row: a third server with dlock, sent `DLOCK.WATCH tax:watched 0 1` (blocks 1 ms, registers the keyspace subscription) first".into(),
+        "#   the last row: a third server with dlock, where another connection sent `DLOCK.WATCH tax:watched 0 0` first and stays blocked in it for the whole measurement".into(),
     ];
     Ok(section)
+}
+
+/// Waits (up to 5 s) until `INFO dlock` counts `count` blocked watchers.
+fn wait_for_watchers(conn: &mut Conn, count: u64) -> Res<()> {
+    let wanted = format!("dlock_watchers:{count}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let info = conn.call(&["INFO", "dlock"])?.as_text().unwrap_or_default();
+        if info.lines().any(|line| line.trim() == wanted) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            crate::bail!("INFO dlock never counted {count} watcher(s): {info}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
