@@ -5,7 +5,8 @@
 //! * every `DLOCK.*` command routes on its key: locks spread over every
 //!   master, a node that does not serve the slot answers `MOVED`, and a
 //!   client with a stale slot map follows the redirection (also after a
-//!   slot is resharded with the lock in it);
+//!   slot is resharded with the lock in it, when a `DLOCK.WATCH` waiting
+//!   on the old master is redirected too);
 //! * BLOCKed waiters get the lock on release and on lease expiry on every
 //!   shard, and hash-tagged locks (`{order:42}:payment`,
 //!   `{order:42}:stock`) share a slot, so one script can take them together;
@@ -746,9 +747,25 @@ fn a_resharded_lock_keeps_its_state_and_a_stale_client_follows_moved() {
     assert_eq!(take(&mut client, &key, "holder", LONG_TTL).unwrap().1, 2);
     let before = view(&mut client, &key).unwrap();
     let expire_at = pexpiretime(&mut from, &key);
+    // A follower watching a free key of the slot on the old master (a
+    // plain connection, which does not follow redirects).
+    let free_key = format!("{tag}:free");
+    let mut follower = cluster.node(source.master);
+    let watching =
+        std::thread::spawn(move || exec(&mut follower, &["DLOCK.WATCH", &free_key, "0", "0"]));
+    wait_until("the follower to watch on the old master", || {
+        info_field(&mut from, "dlock", "dlock_watchers") == "1"
+    });
 
     // Move the slot to the target master, the lock with it.
     reshard(&cluster, &shards, slot, &[&key], target.master);
+
+    // The follower would wait forever on a node that no longer serves its
+    // key: the old master redirects it, as it does a BLPOP.
+    match watching.join().expect("the follower thread panicked") {
+        Err(error) => assert_eq!(error.code(), Some("MOVED"), "{error}"),
+        Ok(value) => panic!("the follower of a key whose slot moved got {value:?}, not MOVED"),
+    }
 
     // The old master redirects, the new one holds the very same lock.
     assert_eq!(

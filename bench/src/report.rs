@@ -26,7 +26,7 @@ impl Table {
 
 const NOT_RUN: &str = "not available";
 /// The goal of a figure shown beside the targets as their context.
-const NO_GOAL: &str = "none (context)";
+pub const NO_GOAL: &str = "none (context)";
 
 /// A target of the brief and whether this run met it.
 pub struct Target {

@@ -505,11 +505,13 @@ pub fn run(config: &Config) -> Res<Section> {
         goal: "<= release p99 + 1 ms".into(),
         met: p(0, 99.0) <= idle_release(99.0) + 1.0,
     });
+    // Issue 27 restated the goal against the release after as long an idle
+    // wait (above); the prompt release stays as context.
     section.targets.push(Target {
         what: "the same against a prompt release hand-off (issue 15, as first measured)".into(),
         measured: format!("{:.3} ms vs {:.3} ms + 1 ms", p(0, 99.0), release(99.0)),
-        goal: "<= release p99 + 1 ms".into(),
-        met: p(0, 99.0) <= release(99.0) + 1.0,
+        goal: crate::report::NO_GOAL.into(),
+        met: true,
     });
     section.commands = vec![
         "target/release/dlock-bench --only 5   # one round, for each design:".into(),
