@@ -140,11 +140,13 @@ impl<K: BlockedKind> Handle<K> {
         // has not been unblocked yet (every other way out takes the client
         // out of the registry first).
         let slot = unsafe { &*self.slot };
-        let Ok(mut held) = slot.answer.try_borrow_mut() else {
-            return;
-        };
-        *held = Some(answer);
-        drop(held);
+        // Only the timeout callback borrows the slot, and never while the
+        // client is still in the registry; were it borrowed, the client is
+        // still unblocked (answered null) rather than left waiting.
+        match slot.answer.try_borrow_mut() {
+            Ok(mut held) => *held = Some(answer),
+            Err(_) => K::freed(answer),
+        }
         let status = api!(RedisModule_UnblockClient(self.raw, std::ptr::null_mut())
             else raw::REDISMODULE_ERR as c_int);
         if status != raw::REDISMODULE_OK as c_int {
