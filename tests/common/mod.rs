@@ -139,14 +139,30 @@ impl Server {
                 }
             }
             if let Ok(mut conn) = self.try_connect() {
-                let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut conn);
-                if pong.is_ok() {
+                // A server that could not bind its port exits, but until it
+                // has, another test's server may answer on that port: only
+                // our own process counts.
+                if self.is_own_process(&mut conn) {
                     return true;
                 }
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         false
+    }
+
+    /// Whether the server answering on `conn` is the process this handle
+    /// started (`process_id` of `INFO server`).
+    fn is_own_process(&self, conn: &mut Connection) -> bool {
+        let Some(child) = self.child.as_ref() else {
+            return false;
+        };
+        let info: redis::RedisResult<String> = redis::cmd("INFO").arg("server").query(conn);
+        info.ok().is_some_and(|info| {
+            info.lines()
+                .filter_map(|line| line.trim().strip_prefix("process_id:"))
+                .any(|pid| pid.parse::<u32>() == Ok(child.id()))
+        })
     }
 
     fn try_connect(&self) -> redis::RedisResult<Connection> {

@@ -61,7 +61,7 @@ func freePort() int {
 }
 
 // startServer starts bin with the module and extra arguments, and waits
-// until it answers PING.
+// until it answers as its own process (INFO server).
 func startServer(name, bin string, extra ...string) (*server, error) {
 	return startServerOn(0, name, bin, extra...)
 }
@@ -99,7 +99,11 @@ func startServerOn(fixedPort int, name, bin string, extra ...string) (*server, e
 				continue
 			default:
 			}
-			if rdb.Ping(context.Background()).Err() == nil {
+			// A server that could not bind its port exits, but until it
+			// has, another test's server may answer there: only our own
+			// process counts.
+			info, err := rdb.Info(context.Background(), "server").Result()
+			if err == nil && strings.Contains(info, "\nprocess_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
 				rdb.Close()
 				return s, nil
 			}

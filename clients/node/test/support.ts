@@ -140,8 +140,12 @@ export class Server {
     while (!exited && Date.now() < deadline) {
       try {
         await admin.connect();
-        await admin.ping();
-        return server;
+        // A server that could not bind its port exits, but until it has,
+        // another test's server may answer there: only our own process counts.
+        const info = await admin.info("server");
+        if (new RegExp(`^process_id:${proc.pid}\\s*$`, "m").test(info)) return server;
+        admin.disconnect();
+        await sleep(20);
       } catch {
         admin.disconnect();
         await sleep(20);

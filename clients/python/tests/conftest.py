@@ -83,7 +83,11 @@ class Server:
                 self.process = None
                 return False
             try:
-                if redis.Redis(port=self.port, socket_timeout=5).ping():
+                # A server that could not bind its port exits, but until it
+                # has, another test's server may answer there: only our own
+                # process counts.
+                info = redis.Redis(port=self.port, socket_timeout=5).info("server")
+                if info.get("process_id") == self.process.pid:
                     return True
             except redis.ConnectionError:
                 pass

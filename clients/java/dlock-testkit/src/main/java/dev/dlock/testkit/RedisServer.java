@@ -203,7 +203,11 @@ public final class RedisServer implements AutoCloseable {
             long end = System.nanoTime() + 20_000_000_000L;
             while (System.nanoTime() < end && process.isAlive()) {
                 try (Raw raw = new Raw("127.0.0.1", port)) {
-                    if ("PONG".equals(str(raw.call("PING")))) {
+                    // A server that could not bind its port exits, but until it has,
+                    // another test's server may answer there: only our own process counts.
+                    String info = str(raw.call("INFO", "server"));
+                    if (info != null && info.lines().map(String::strip)
+                            .anyMatch(l -> l.equals("process_id:" + process.pid()))) {
                         return;
                     }
                 } catch (IOException e) {
