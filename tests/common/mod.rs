@@ -141,8 +141,10 @@ impl Server {
             if let Ok(mut conn) = self.try_connect() {
                 // A server that could not bind its port exits, but until it
                 // has, another test's server may answer on that port: only
-                // our own process counts.
-                if self.is_own_process(&mut conn) {
+                // our own process counts. INFO answers while the data set
+                // loads; PING only once it is loaded.
+                let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut conn);
+                if pong.is_ok() && self.is_own_process(&mut conn) {
                     return true;
                 }
             }

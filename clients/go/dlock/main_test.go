@@ -101,8 +101,12 @@ func startServerOn(fixedPort int, name, bin string, extra ...string) (*server, e
 			}
 			// A server that could not bind its port exits, but until it
 			// has, another test's server may answer there: only our own
-			// process counts.
+			// process counts. INFO answers while the data set loads; PING
+			// only once it is loaded.
 			info, err := rdb.Info(context.Background(), "server").Result()
+			if err == nil {
+				err = rdb.Ping(context.Background()).Err()
+			}
 			if err == nil && strings.Contains(info, "\nprocess_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
 				rdb.Close()
 				return s, nil

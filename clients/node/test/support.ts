@@ -142,6 +142,8 @@ export class Server {
         await admin.connect();
         // A server that could not bind its port exits, but until it has,
         // another test's server may answer there: only our own process counts.
+        // INFO answers while the data set loads; PING only once it is loaded.
+        await admin.ping();
         const info = await admin.info("server");
         if (new RegExp(`^process_id:${proc.pid}\\s*$`, "m").test(info)) return server;
         admin.disconnect();

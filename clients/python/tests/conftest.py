@@ -85,9 +85,10 @@ class Server:
             try:
                 # A server that could not bind its port exits, but until it
                 # has, another test's server may answer there: only our own
-                # process counts.
-                info = redis.Redis(port=self.port, socket_timeout=5).info("server")
-                if info.get("process_id") == self.process.pid:
+                # process counts. INFO answers while the data set loads;
+                # PING only once it is loaded.
+                client = redis.Redis(port=self.port, socket_timeout=5)
+                if client.ping() and client.info("server").get("process_id") == self.process.pid:
                     return True
             except redis.ConnectionError:
                 pass

@@ -205,8 +205,9 @@ public final class RedisServer implements AutoCloseable {
                 try (Raw raw = new Raw("127.0.0.1", port)) {
                     // A server that could not bind its port exits, but until it has,
                     // another test's server may answer there: only our own process counts.
+                    // INFO answers while the data set loads; PING only once it is loaded.
                     String info = str(raw.call("INFO", "server"));
-                    if (info != null && info.lines().map(String::strip)
+                    if ("PONG".equals(str(raw.call("PING"))) && info != null && info.lines().map(String::strip)
                             .anyMatch(l -> l.equals("process_id:" + process.pid()))) {
                         return;
                     }
