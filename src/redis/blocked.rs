@@ -377,11 +377,23 @@ extern "C" fn timeout_callback<K: BlockedKind>(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
+    // An answer handed in this same event-loop turn, before the timeout ran.
+    reply_answer_or_time_out::<K>(ctx, |ctx| {
+        handed_answer::<K>(ctx).map(|answer| K::reply(ctx, answer))
+    })
+}
+
+/// What both timeout callbacks do: send the answer the module already gave
+/// the client, if `send_answer` finds one (`Some`); else Redis timed the
+/// client out (`CLIENT UNBLOCK`): it leaves where it waits, the timeout is
+/// recorded and it is answered null.
+fn reply_answer_or_time_out<K: BlockedKind>(
+    ctx: *mut raw::RedisModuleCtx,
+    send_answer: impl FnOnce(Ctx) -> Option<()>,
+) -> c_int {
     let ctx = Ctx::from_raw(ctx);
-    let replied = std::panic::catch_unwind(|| {
-        if let Some(answer) = handed_answer::<K>(ctx) {
-            // Answered in this same event-loop turn, before the timeout ran.
-            K::reply(ctx, answer);
+    let replied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if send_answer(ctx).is_some() {
             return;
         }
         let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
@@ -392,7 +404,7 @@ extern "C" fn timeout_callback<K: BlockedKind>(
             K::timed_out(ctx, &record);
         }
         ctx.reply_null();
-    });
+    }));
     if replied.is_err() {
         ctx.reply_null();
     }
@@ -442,33 +454,16 @@ extern "C" fn keyed_timeout_callback<K: BlockedKind>(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    let ctx = Ctx::from_raw(ctx);
-    let replied = std::panic::catch_unwind(|| {
+    reply_answer_or_time_out::<K>(ctx, |ctx| {
         let data =
             api!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else std::ptr::null_mut());
         // SAFETY: the private data of a client blocked with these callbacks
         // is its AnswerSlot (`block_on_key`), which Redis keeps until
         // free_slot::<K> runs, after this callback.
-        let slot = unsafe { data.cast::<AnswerSlot<K::Answer>>().as_ref() };
-        if let Some(held) = slot.and_then(|slot| slot.answer.try_borrow().ok()) {
-            if let Some(answer) = held.as_ref() {
-                K::reply(ctx, answer);
-                return;
-            }
-        }
-        let handle = api!(RedisModule_GetBlockedClientHandle(ctx.raw()) else std::ptr::null_mut());
-        if let Some(record) = (!handle.is_null())
-            .then(|| depart::<K>(ctx, handle))
-            .flatten()
-        {
-            K::timed_out(ctx, &record);
-        }
-        ctx.reply_null();
-    });
-    if replied.is_err() {
-        ctx.reply_null();
-    }
-    raw::REDISMODULE_OK as c_int
+        let slot = unsafe { data.cast::<AnswerSlot<K::Answer>>().as_ref() }?;
+        let held = slot.answer.try_borrow().ok()?;
+        held.as_ref().map(|answer| K::reply(ctx, answer))
+    })
 }
 
 extern "C" fn free_slot<K: BlockedKind>(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {

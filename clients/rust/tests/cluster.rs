@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use dlock_client::Error;
-use support::{eventually, has_command, skip, CuttingProxy};
+use support::{cut_a_blocked_acquire, eventually, has_command, skip, CuttingProxy};
 
 struct Cluster {
     nodes: Vec<Server>,
@@ -366,34 +366,7 @@ async fn a_lost_reply_is_never_followed_by_a_second_send() {
     assert_eq!(holds(&mut direct, key), 1, "the outer hold remains");
 
     // A blocking acquire on its own connection, cut while it waits.
-    proxy.arm("DLOCK.ACQUIRE");
-    let waiter = tokio::spawn({
-        let dlock = dlock.clone();
-        async move {
-            dlock
-                .lock(key)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
-    eventually("the wait is queued", Duration::from_secs(5), || {
-        common::waiting(&mut direct, key) == 1
-    })
-    .await;
-    proxy.cut();
-    let waited = waiter.await.unwrap();
-    assert!(
-        matches!(&waited, Err(error) if error.is_connection_error()),
-        "a connection error: {waited:?}"
-    );
-    assert_eq!(proxy.seen(), 1, "the blocking DLOCK.ACQUIRE sent once");
-    eventually(
-        "the closed connection's wait leaves the queue",
-        Duration::from_secs(5),
-        || common::waiting(&mut direct, key) == 0,
-    )
-    .await;
+    cut_a_blocked_acquire(&dlock, &proxy, &mut direct, key).await;
     assert_eq!(
         common::info_owner(&mut direct, key).as_deref(),
         Some(&b"job-7"[..])

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use dlock_client::Error;
-use support::{client_of, eventually, CuttingProxy};
+use support::{client_of, cut_a_blocked_acquire, eventually, CuttingProxy};
 
 const SHORT_LEASE: Duration = Duration::from_millis(300);
 
@@ -650,32 +650,7 @@ async fn a_lost_reply_is_not_sent_again_and_its_grant_is_released() {
     assert!(common::info(&mut direct, "cut").is_none(), "released");
 
     common::acquire(&mut direct, "cut", "holder", 30_000).unwrap();
-    proxy.arm("DLOCK.ACQUIRE");
-    let waiter = tokio::spawn({
-        let dlock = dlock.clone();
-        async move {
-            dlock
-                .lock("cut")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
-    eventually("the acquire waits", Duration::from_secs(5), || {
-        common::waiting(&mut direct, "cut") == 1
-    })
-    .await;
-    proxy.cut();
-    let waited = waiter.await.unwrap();
-    assert!(
-        matches!(&waited, Err(error) if error.is_connection_error()),
-        "a connection error: {waited:?}"
-    );
-    assert_eq!(proxy.seen(), 1, "the blocking DLOCK.ACQUIRE sent once");
-    eventually("the wait leaves the queue", Duration::from_secs(5), || {
-        common::waiting(&mut direct, "cut") == 0
-    })
-    .await;
+    cut_a_blocked_acquire(&dlock, &proxy, &mut direct, "cut").await;
     assert_eq!(
         owner_of(&mut direct, "cut").as_deref(),
         Some(&b"holder"[..])

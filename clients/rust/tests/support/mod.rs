@@ -195,3 +195,44 @@ async fn relay(client: tokio::net::TcpStream, target: u16, state: Arc<ProxyState
         }
     }
 }
+
+/// Cuts, through `proxy`, the connection of an acquire of `key` that waits
+/// behind another holder: the wait ends with a connection error, its
+/// blocking `DLOCK.ACQUIRE` went out once (never re-sent, R5.1), and the
+/// closed connection's wait leaves the queue (read on `direct`, a
+/// connection to the server that holds `key`).
+pub async fn cut_a_blocked_acquire(
+    dlock: &dlock_client::Client,
+    proxy: &CuttingProxy,
+    direct: &mut common::Connection,
+    key: &str,
+) {
+    proxy.arm("DLOCK.ACQUIRE");
+    let waiter = tokio::spawn({
+        let (dlock, key) = (dlock.clone(), key.to_string());
+        async move {
+            dlock
+                .lock(key)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    eventually("the acquire waits", Duration::from_secs(5), || {
+        common::waiting(direct, key) == 1
+    })
+    .await;
+    proxy.cut();
+    let waited = waiter.await.unwrap();
+    assert!(
+        matches!(&waited, Err(error) if error.is_connection_error()),
+        "a connection error: {waited:?}"
+    );
+    assert_eq!(proxy.seen(), 1, "the blocking DLOCK.ACQUIRE sent once");
+    eventually(
+        "the closed connection's wait leaves the queue",
+        Duration::from_secs(5),
+        || common::waiting(direct, key) == 0,
+    )
+    .await;
+}

@@ -1,26 +1,14 @@
 package dev.dlock.lettuce;
 
-import dev.dlock.Transport;
-import dev.dlock.testkit.RedisSentinelServers;
 import dev.dlock.testkit.RedisServer;
-import dev.dlock.testkit.SentinelTests;
-import io.lettuce.core.RedisURI;
 import org.junit.jupiter.api.Disabled;
 import org.junit.jupiter.api.Test;
 
 /** The Lettuce transport through Sentinel (valkey-server --sentinel), with a failover, on Valkey. */
-class LettuceSentinelValkeyTest extends SentinelTests {
+class LettuceSentinelValkeyTest extends LettuceSentinelTest {
     @Override
     protected RedisServer.Kind kind() {
         return RedisServer.Kind.VALKEY;
-    }
-
-    @Override
-    protected Transport transport(RedisSentinelServers servers) {
-        return LettuceTransport.create(RedisURI.Builder
-                .sentinel(servers.sentinel().host(), servers.sentinel().port(), RedisSentinelServers.MASTER_NAME)
-                .withClientName(CLIENT_NAME)
-                .build());
     }
 
     @Test
