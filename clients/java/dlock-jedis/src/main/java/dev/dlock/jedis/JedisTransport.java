@@ -96,8 +96,8 @@ public final class JedisTransport implements Transport {
      * new pool of connections to the new master, closing the old pool (its idle connections at
      * once, the borrowed ones as they come back). Every command borrows a connection for its
      * round trip and every wait one of its own, each from the pool the provider lends from at
-     * that moment (a connection borrowed while the provider switches pools is given back unused
-     * and borrowed again), so the next command and every new wait after a failover go to the new
+     * that moment (for a wait, a connection borrowed while the provider switches pools is given
+     * back unused and borrowed again), so the next command and every new wait after a failover go to the new
      * master. A wait blocked on the old master is ended (a {@code DLockConnectionException}) at
      * the next command, renewal round or new wait after the provider heard of the switch, as
      * with a {@link JedisSentinelPool}.
@@ -219,7 +219,8 @@ public final class JedisTransport implements Transport {
 
         @Override
         public Jedis borrow() {
-            return borrowMarked().jedis();
+            // A round trip needs no mark (as with a JedisSentinelPool): only waits are tracked.
+            return new Jedis(provider.getConnection());
         }
 
         @Override
