@@ -260,6 +260,35 @@ fn del_flushall_rename_restore_and_copy_wake_it() {
 }
 
 #[test]
+fn unlink_wakes_it_and_flushdb_wakes_only_its_own_database() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let (token, _, _) = acquire(&mut conn, "job", "alice", 60_000).unwrap();
+    let watcher = spawn_watch(&server, "job", token);
+    wait_for_watchers(&mut conn, 1);
+    assert_eq!(int(&mut conn, &["UNLINK", "job"]), 1);
+    assert_eq!(answer(watcher), FREE);
+
+    // The same key held in databases 0 and 1, watched in both.
+    let (token, _, _) = acquire(&mut conn, "job", "alice", 60_000).unwrap();
+    let mut in_db1 = server.connect();
+    cmd(&mut in_db1, &["SELECT", "1"]).unwrap();
+    let (token1, _, _) = acquire(&mut in_db1, "job", "bob", 60_000).unwrap();
+    let watcher = spawn_watch(&server, "job", token);
+    let watcher1 = spawn_command_in_db(
+        &server,
+        1,
+        &["DLOCK.WATCH", "job", &token1.to_string(), "0"],
+    );
+    wait_for_watchers(&mut conn, 2);
+    cmd(&mut conn, &["FLUSHDB"]).unwrap();
+    assert_eq!(answer(watcher), FREE);
+    assert_eq!(watchers(&mut conn), 1, "database 1's watcher waits on");
+    assert_eq!(release(&mut in_db1, "job", "bob"), 0);
+    assert_eq!(answer(watcher1), FREE);
+}
+
+#[test]
 fn every_watcher_of_a_key_is_answered_by_one_change() {
     let server = Server::start();
     let mut conn = server.connect();
