@@ -7,6 +7,11 @@ pub fn median(values: &[f64]) -> f64 {
     percentile(values, 50.0)
 }
 
+/// The median of `figure` over every run of every design.
+pub fn median_over_all<T>(runs: &[Vec<T>], figure: impl Fn(&T) -> f64) -> f64 {
+    median(&runs.iter().flatten().map(figure).collect::<Vec<_>>())
+}
+
 /// The `p`-th percentile (nearest rank) of `values` (0 for none).
 pub fn percentile(values: &[f64], p: f64) -> f64 {
     if values.is_empty() {

@@ -23,7 +23,7 @@ use crate::report::{Section, Table, Target};
 use crate::resp::{Conn, Reply};
 use crate::scripts::Scripts;
 use crate::server::Server;
-use crate::stats::{as_ms, median, percentile_sorted, ratio, thousands, times};
+use crate::stats::{as_ms, median, median_over_all, percentile_sorted, ratio, thousands, times};
 use crate::{bail, Config, Res};
 
 /// Lease of every hold: far longer than any wait.
@@ -651,13 +651,7 @@ pub fn run(config: &Config, read_write: bool, semaphore: bool) -> Res<Vec<Sectio
         ));
         // The most any semaphore can grant: every permit busy all the time,
         // each grant held as long as this run measured.
-        let hold_ms = median(
-            &runs
-                .iter()
-                .flatten()
-                .map(|r| r.mean_hold_ms)
-                .collect::<Vec<_>>(),
-        );
+        let hold_ms = median_over_all(&runs, |r| r.mean_hold_ms);
         let ceiling = LIMIT as f64 / hold_ms * 1000.0;
         section.targets.push(Target::context(
             "semaphore: acquisitions/s, dlock / the ceiling (8 permits always busy at the measured hold)",

@@ -22,7 +22,7 @@ use super::{expect, flushall, has_command, skipped, Rng};
 use crate::report::{Section, Table, Target};
 use crate::resp::Conn;
 use crate::server::Server;
-use crate::stats::{as_ms, median, percentile_sorted, ratio, thousands, times};
+use crate::stats::{as_ms, median, median_over_all, percentile_sorted, ratio, thousands, times};
 use crate::{bail, Config, Res};
 
 const TITLE: &str = "Weighted semaphore: 32 clients, weights 1..4, 8 permits";
@@ -476,13 +476,7 @@ pub fn run(config: &Config) -> Res<Section> {
     // What the rate goal can be: each design against the most its rule
     // allows with the holds this run measured (dlock's strict FIFO; any
     // request that fits, for Redisson's queue-less retries).
-    let hold_ms = median(
-        &results
-            .iter()
-            .flatten()
-            .map(|r| r.mean_hold_ms)
-            .collect::<Vec<_>>(),
-    );
+    let hold_ms = median_over_all(&results, |r| r.mean_hold_ms);
     let (fifo_ceiling, greedy_ceiling) = (ceiling(hold_ms, true), ceiling(hold_ms, false));
     section.targets.push(Target::context(
         "weighted semaphore: acquisitions/s, dlock / strict FIFO's ceiling at the measured hold",
