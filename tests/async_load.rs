@@ -146,7 +146,9 @@ struct AsyncLoad {
     master_last_token: i64,
 }
 
-fn start_async_load(short_lease_ms: u64) -> AsyncLoad {
+/// `key_delay_us` is the master's `rdb-key-save-delay` during the load: the
+/// transfer of its ~1,000 keys lasts about `key_delay_us` milliseconds.
+fn start_async_load(short_lease_ms: u64, key_delay_us: u64) -> AsyncLoad {
     let master = master();
     let mut master_conn = master.connect();
     // B's reservation must outlast the whole setup and load, which take
@@ -183,7 +185,11 @@ fn start_async_load(short_lease_ms: u64) -> AsyncLoad {
     }
     wait_for_replica(&mut master_conn);
     let replica_last_token = last_token(&mut replica_conn);
-    config_set(&mut master_conn, "rdb-key-save-delay", "3000");
+    config_set(
+        &mut master_conn,
+        "rdb-key-save-delay",
+        &key_delay_us.to_string(),
+    );
     // As Redis's own suite does: drop the replica and overflow the backlog,
     // so that it must sync fully, with the same replication id.
     let mut pipe = redis::pipe();
@@ -239,7 +245,7 @@ fn assert_old_locks(load: &mut AsyncLoad, what: &str) {
 
 #[test]
 fn during_an_async_load_the_replica_serves_its_old_locks_then_the_masters() {
-    let mut load = start_async_load(60_000);
+    let mut load = start_async_load(60_000, 3_000);
     assert_old_locks(&mut load, "while loading");
     assert_eq!(
         info_field(&mut load.replica_conn, "persistence", "async_loading"),
@@ -276,10 +282,21 @@ fn an_aborted_async_load_leaves_the_old_locks_and_nothing_else() {
     // replica promoted.
     let lease_ms = 12_000;
     let started = std::time::Instant::now();
-    let mut load = start_async_load(lease_ms);
-    load.master.kill();
+    // A transfer of ~20 s: the load is certainly still running when the
+    // master dies, whatever the machine's load.
+    let mut load = start_async_load(lease_ms, 20_000);
+    // The master's fork streams the data set: on Redis 8 (RDB channel) it
+    // writes to the replica's socket itself and holds the main channel
+    // open, so it would finish the transfer of a master killed alone.
+    load.master.kill_with_forks();
     wait_for_info(&mut load.replica_conn, "persistence", "async_loading:0");
     assert_loaded_diskless(&load.replica);
+    let log = load.replica.log();
+    assert_eq!(
+        log.matches("sync: Finished with success").count(),
+        1,
+        "the second load completed instead of being aborted:\n{log}"
+    );
     assert_old_locks(&mut load, "after the aborted load");
     assert!(load.master_last_token > load.replica_last_token);
 

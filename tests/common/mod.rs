@@ -39,6 +39,26 @@ pub fn module_path() -> PathBuf {
     }
 }
 
+/// The processes whose parent is `pid` (from `/proc/<pid>/stat`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|candidate| {
+            std::fs::read_to_string(format!("/proc/{candidate}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // `pid (comm) state ppid ...`: comm may hold spaces.
+                    let after_comm = stat.rsplit_once(')')?.1.to_string();
+                    after_comm.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
 /// A running redis-server.
 pub struct Server {
     child: Option<Child>,
@@ -196,6 +216,21 @@ impl Server {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Kills the process and the processes it forked (a child saving or
+    /// streaming an RDB) at once (SIGKILL), as a crash of the machine would:
+    /// a fork outlives its parent and may go on writing to a replica.
+    pub fn kill_with_forks(&mut self) {
+        let Some(pid) = self.child.as_ref().map(|child| child.id()) else {
+            return;
+        };
+        for fork in children_of(pid) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &fork.to_string()])
+                .status();
+        }
+        self.kill();
     }
 
     /// Stops with `SHUTDOWN` (saving if persistence is configured) and waits.
