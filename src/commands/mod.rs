@@ -23,6 +23,9 @@ pub mod macquire;
 // Waiting for a change of a lock's newest holder.
 pub mod watch;
 
+// The module's statistics (INFO dlock).
+pub mod stats;
+
 use std::ffi::CStr;
 
 /// Every way a command can fail. Each maps to one static error reply, so that

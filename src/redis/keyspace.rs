@@ -56,14 +56,20 @@ pub fn settle(
         };
         stats::record_fact(ctx, Event::Expire, name, fact);
     }
-    for grant in &step.woken {
-        let event = handoff_event(&grant.grant);
-        let fact = Fact {
-            owner: &grant.owner,
-            token: grant.grant.token,
-            holds: grant.grant.holds,
-        };
-        stats::record_fact(ctx, event, name, fact);
+    if !step.woken.is_empty() {
+        // The waiters' wait ended because a lease did: a holder's in this
+        // step, or that of a value Redis removed under them.
+        let after_expiry = stats::take_orphans_of_expired_lease() || !step.expired.is_empty();
+        for grant in &step.woken {
+            let event = handoff_event(&grant.grant);
+            let fact = Fact {
+                owner: &grant.owner,
+                token: grant.grant.token,
+                holds: grant.grant.holds,
+            };
+            stats::record_fact(ctx, event, name, fact);
+            stats::count_grant_cause(event, after_expiry);
+        }
     }
     if lock.is_vacant(now_ms) {
         key.delete();

@@ -11,8 +11,9 @@ use redis_module::raw;
 
 use super::command_info;
 use super::ffi::{self, api, Argv, Ctx};
+use crate::commands::CommandError;
 use crate::commands::{acquire, fair, info, release, renew, setstate, CommandResult};
-use crate::commands::{awaits, countdown, latch, latchstate, macquire, watch};
+use crate::commands::{awaits, countdown, latch, latchstate, macquire, stats, watch};
 
 type Handler = fn(Ctx, &Argv<'_>) -> CommandResult;
 
@@ -57,6 +58,7 @@ entry_point!(countdown_entry => countdown::run);
 entry_point!(await_entry => awaits::run);
 entry_point!(latchstate_entry => latchstate::run);
 entry_point!(watch_entry => watch::run);
+entry_point!(stats_entry => stats::run);
 
 /// DLOCK.MACQUIRE also answers Redis's key-position requests
 /// (`getkeys-api`): Redis 7.0 routes Cluster commands by the legacy key
@@ -177,6 +179,16 @@ const MULTI_KEY_COMMANDS: &[CommandSpec] = &[CommandSpec {
     entry: Some(macquire_entry),
 }];
 
+/// Commands without keys. `DLOCK.STATS` is flagged as `CONFIG RESETSTAT`
+/// is (`admin noscript loading stale`), and is in Redis's `@admin @slow
+/// @dangerous` categories as that one.
+const KEYLESS_COMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: c"dlock.stats",
+    flags: c"admin deny-script allow-loading allow-stale",
+    acl: c"admin slow dangerous",
+    entry: Some(stats_entry),
+}];
+
 fn dispatch(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -188,6 +200,9 @@ fn dispatch(
     let args = unsafe { Argv::from_raw(argv, argc) };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
     if !matches!(outcome, Ok(Ok(()))) {
+        if matches!(outcome, Ok(Err(CommandError::NotOwner))) {
+            super::stats::count_notowner();
+        }
         reply_failure(ctx, outcome);
     }
     raw::REDISMODULE_OK as c_int
@@ -222,7 +237,7 @@ pub fn register_commands(module: &redis_module::Context) -> Result<(), &'static 
             return Err(command.name);
         }
     }
-    for command in MULTI_KEY_COMMANDS {
+    for command in MULTI_KEY_COMMANDS.iter().chain(KEYLESS_COMMANDS) {
         let status = api!(RedisModule_CreateCommand(
             ctx,
             command.name.as_ptr(),
@@ -247,6 +262,11 @@ pub fn register_commands(module: &redis_module::Context) -> Result<(), &'static 
     }
     for info in command_info::MULTI_KEY_COMMAND_INFO {
         if !command_info::register_numkeys(ctx, info) {
+            return Err(info.name);
+        }
+    }
+    for info in command_info::KEYLESS_COMMAND_INFO {
+        if !command_info::register_keyless(ctx, info) {
             return Err(info.name);
         }
     }
@@ -281,6 +301,7 @@ fn set_acl_categories(module: &redis_module::Context) -> Result<(), &'static CSt
         .chain(LATCH_COMMANDS)
         .chain(MULTI_KEY_COMMANDS)
         .chain(WATCH_COMMANDS)
+        .chain(KEYLESS_COMMANDS)
     {
         let categories = if in_category {
             let mut both = command.acl.to_bytes().to_vec();
