@@ -260,14 +260,18 @@ fn gauges_follow_every_way_keys_come_and_go() {
     int(&mut conn, &["MOVE", "c2", "0"]);
     assert_eq!(gauges(&mut conn), (3, 0, 3));
     cmd(&mut conn, &["FLUSHDB"]).unwrap();
-    assert_eq!(gauges(&mut conn), (1, 0, 1), "c2 is left in db 0");
+    // Valkey flushes in the background by default (lazyfree-lazy-user-flush):
+    // the gauges follow once the values are freed.
+    wait_until("FLUSHDB to free db 1's values (c2 is left in db 0)", || {
+        gauges(&mut conn) == (1, 0, 1)
+    });
     cmd(&mut conn, &["SELECT", "0"]).unwrap();
     acquire(&mut conn, "short", "me", 40).unwrap();
     assert_eq!(gauges(&mut conn), (2, 0, 2));
     wait_until("Redis to expire the short lease", || {
         gauges(&mut conn) == (1, 0, 1)
     });
-    cmd(&mut conn, &["FLUSHALL"]).unwrap();
+    cmd(&mut conn, &["FLUSHALL", "SYNC"]).unwrap();
     assert_eq!(gauges(&mut conn), (0, 0, 0));
     for i in 0..50 {
         acquire(&mut conn, &format!("k{i}"), "me", 60_000).unwrap();
@@ -339,7 +343,9 @@ fn a_replica_has_its_own_gauges() {
     assert_eq!(gauges(&mut on_replica), (2, 0, 2));
     cmd(&mut on_master, &["FLUSHALL"]).unwrap();
     wait_for_replica(&mut on_master);
-    assert_eq!(gauges(&mut on_replica), (0, 0, 0));
+    wait_until("the replica's flush to free its values", || {
+        gauges(&mut on_replica) == (0, 0, 0)
+    });
     // Counters are the master's: a replica grants nothing.
     assert_eq!(field(&mut on_replica, "grants_immediate"), 0);
 }
@@ -378,4 +384,47 @@ fn dlock_stats_refuses_bad_input_as_redis_does() {
     };
     assert_eq!(parts[1], Value::Int(-2), "arity");
     assert_eq!(parts[3], Value::Int(0), "no first key");
+}
+
+/// Over `maxmemory` the commands that create state are refused with `OOM`
+/// and each refusal is counted; giving back still works and counts nothing.
+#[test]
+fn oom_refusals_are_counted() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    acquire(&mut conn, "held", "me", 60_000).unwrap();
+    cmd(
+        &mut conn,
+        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+    )
+    .unwrap();
+    let memory: String = redis::cmd("INFO").arg("memory").query(&mut conn).unwrap();
+    let used: u64 = memory
+        .lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .and_then(|value| value.trim().parse().ok())
+        .expect("used_memory");
+    cmd(
+        &mut conn,
+        &["CONFIG", "SET", "maxmemory", &(used / 2).to_string()],
+    )
+    .unwrap();
+    for args in [
+        &["DLOCK.ACQUIRE", "new", "someone", "60000"][..],
+        &["DLOCK.FAIR", "new", "someone", "60000"],
+        &["DLOCK.MACQUIRE", "1", "new", "someone", "60000"],
+        &["DLOCK.LATCH", "new", "1", "60000"],
+    ] {
+        assert_eq!(
+            error_of(&mut conn, args),
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "{args:?}"
+        );
+    }
+    assert_eq!(release(&mut conn, "held", "me"), 0);
+    assert_eq!(field(&mut conn, "oom_refusals"), 4);
+    assert_eq!(gauges(&mut conn), (0, 0, 0));
+    cmd(&mut conn, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    acquire(&mut conn, "new", "someone", 60_000).unwrap();
+    assert_eq!(field(&mut conn, "oom_refusals"), 4);
 }

@@ -45,15 +45,42 @@ macro_rules! entry_point {
             dispatch(ctx, argv, argc, $handler)
         }
     };
+    ($entry:ident => creates $handler:path) => {
+        extern "C" fn $entry(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            dispatch(ctx, argv, argc, |ctx, args| {
+                refuse_over_maxmemory(ctx)?;
+                $handler(ctx, args)
+            })
+        }
+    };
 }
 
-entry_point!(acquire_entry => acquire::run);
-entry_point!(fair_entry => fair::run);
+/// The commands that create state (ACQUIRE, FAIR, MACQUIRE, LATCH) are
+/// refused with `OOM` while memory is over `maxmemory`, in Redis's words.
+/// The module refuses them itself instead of flagging them `deny-oom`:
+/// Redis refuses a `deny-oom` command before the module sees it, so the
+/// module could not count the refusals (`dlock_oom_refusals`). Redis has
+/// run its eviction before the command either way, so the same commands
+/// are refused at the same moments; only inside `MULTI` the refusal is
+/// the command's error in `EXEC`'s reply, not an aborted transaction.
+fn refuse_over_maxmemory(ctx: Ctx) -> CommandResult {
+    if ctx.over_maxmemory() && !ctx.is_replicated_or_loading() {
+        return Err(CommandError::OutOfMemory);
+    }
+    Ok(())
+}
+
+entry_point!(acquire_entry => creates acquire::run);
+entry_point!(fair_entry => creates fair::run);
 entry_point!(release_entry => release::run);
 entry_point!(renew_entry => renew::run);
 entry_point!(info_entry => info::run);
 entry_point!(setstate_entry => setstate::run);
-entry_point!(latch_entry => latch::run);
+entry_point!(latch_entry => creates latch::run);
 entry_point!(countdown_entry => countdown::run);
 entry_point!(await_entry => awaits::run);
 entry_point!(latchstate_entry => latchstate::run);
@@ -79,10 +106,14 @@ extern "C" fn macquire_entry(
         }));
         return raw::REDISMODULE_OK as c_int;
     }
-    dispatch(ctx, argv, argc, macquire::run)
+    dispatch(ctx, argv, argc, |ctx, args| {
+        refuse_over_maxmemory(ctx)?;
+        macquire::run(ctx, args)
+    })
 }
 
-/// Every DLOCK command. The writers that create state are `write deny-oom`;
+/// Every DLOCK command. The writers that create state are refused over
+/// `maxmemory` (see [`refuse_over_maxmemory`]);
 /// RELEASE and RENEW only free or extend what the caller holds, so, like
 /// `DEL` and `PEXPIRE`, memory pressure never refuses them (a holder must
 /// be able to give its lock back, and the next waiter to get it). INFO is
@@ -91,13 +122,13 @@ extern "C" fn macquire_entry(
 const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: c"dlock.acquire",
-        flags: c"write deny-oom",
+        flags: c"write",
         acl: c"write slow blocking",
         entry: Some(acquire_entry),
     },
     CommandSpec {
         name: c"dlock.fair",
-        flags: c"write deny-oom",
+        flags: c"write",
         acl: c"write slow",
         entry: Some(fair_entry),
     },
@@ -133,7 +164,7 @@ const COMMANDS: &[CommandSpec] = &[
 const LATCH_COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: c"dlock.latch",
-        flags: c"write deny-oom",
+        flags: c"write",
         acl: c"write slow",
         entry: Some(latch_entry),
     },
@@ -174,7 +205,7 @@ const WATCH_COMMANDS: &[CommandSpec] = &[CommandSpec {
 /// and flag them `movablekeys`.
 const MULTI_KEY_COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: c"dlock.macquire",
-    flags: c"write deny-oom getkeys-api",
+    flags: c"write getkeys-api",
     acl: c"write slow blocking",
     entry: Some(macquire_entry),
 }];
@@ -200,8 +231,10 @@ fn dispatch(
     let args = unsafe { Argv::from_raw(argv, argc) };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
     if !matches!(outcome, Ok(Ok(()))) {
-        if matches!(outcome, Ok(Err(CommandError::NotOwner))) {
-            super::stats::count_notowner();
+        match outcome {
+            Ok(Err(CommandError::NotOwner)) => super::stats::count_notowner(),
+            Ok(Err(CommandError::OutOfMemory)) => super::stats::count_oom_refusal(),
+            _ => {}
         }
         reply_failure(ctx, outcome);
     }
