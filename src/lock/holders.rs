@@ -463,6 +463,14 @@ pub fn live_holders() -> u64 {
     gauge::get()
 }
 
+/// The raw count of this test thread's holds, negative if a path
+/// subtracted too much: the property tests check it against the holders
+/// their locks have.
+#[cfg(test)]
+pub fn live_holders_raw() -> i64 {
+    gauge::raw()
+}
+
 #[cfg(not(test))]
 mod gauge {
     use std::sync::atomic::{AtomicI64, Ordering};
@@ -637,5 +645,35 @@ mod tests {
             .collect();
         assert_eq!(ended, vec![Box::from(&b"c"[..])]);
         assert_eq!(holders.single().map(|h| &*h.owner), Some(&b"d"[..]));
+    }
+
+    #[test]
+    fn the_holders_gauge_follows_every_change() {
+        let start = live_holders_raw();
+        let count = || live_holders_raw() - start;
+        let mut holders = Holders::of_one(hold("a", 1, 0, 100));
+        assert_eq!(count(), 1);
+        holders.insert(hold("b", 0, 1, 50));
+        holders.insert(hold("c", 0, 1, 300));
+        assert_eq!(count(), 3);
+        let copy = holders.clone();
+        assert_eq!(count(), 6);
+        drop(copy);
+        assert_eq!(count(), 3);
+        assert_eq!(holders.remove_expired(60).len(), 1);
+        assert_eq!(count(), 2);
+        holders.update(b"c", |hold| hold.shared = 0);
+        assert_eq!(count(), 1);
+        assert!(holders.remove(b"nobody").is_none());
+        assert_eq!(count(), 1);
+        holders.clear_single();
+        assert_eq!(count(), 0);
+        holders.insert(hold("d", 1, 0, 100));
+        holders.insert(hold("e", 0, 1, 100));
+        holders.clear();
+        assert_eq!(count(), 0);
+        holders.insert(hold("f", 1, 0, 100));
+        drop(holders);
+        assert_eq!(count(), 0);
     }
 }
