@@ -39,6 +39,11 @@ pub fn settle(
         return;
     };
     let now_ms = step.now_ms;
+    // Waiters of a value Redis removed after its lease ended were queued
+    // here again just before: their grants below follow an expiry. Taken
+    // whether or not anyone is granted now, so that it never outlives
+    // this settle.
+    let orphans_of_expiry = stats::take_orphans_of_expired_lease();
     // No hand-off while a grace window is open (and no look before it closes).
     let window = grace::window(now_ms);
     lock::grace::hand_off(lock, window, &mut step);
@@ -59,7 +64,7 @@ pub fn settle(
     if !step.woken.is_empty() {
         // The waiters' wait ended because a lease did: a holder's in this
         // step, or that of a value Redis removed under them.
-        let after_expiry = stats::take_orphans_of_expired_lease() || !step.expired.is_empty();
+        let after_expiry = orphans_of_expiry || !step.expired.is_empty();
         for grant in &step.woken {
             let event = handoff_event(&grant.grant);
             let fact = Fact {
