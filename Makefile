@@ -82,10 +82,15 @@ $(INTEGRATION_SERVERS:%=integration-%): integration-%:
 # minute). QUICK=1 runs every scenario briefly (< 60 s) and writes its
 # report to a temporary file instead. Scenario 14 counts instructions
 # under valgrind's callgrind, installed on first use.
+# A full run (and BASELINE=1) also builds the module of `git merge-base HEAD
+# main` (scripts/baseline-module.sh, once per base commit) and measures
+# this build against it (scenario 15): the cost of the branch's changes.
+BASELINE ?= $(if $(filter-out 0 false no,$(QUICK)),0,1)
 bench: build
 	@command -v valgrind >/dev/null || ./scripts/ensure-deps.sh valgrind
 	cargo build --release -p dlock-bench -p dlock-floor
 	DLOCK_BENCH_REDIS8="$$(./scripts/fetch-redis8.sh)" DLOCK_BENCH_VALKEY="$$(./scripts/fetch-valkey.sh)" \
+		$(if $(filter-out 0 false no,$(BASELINE)),DLOCK_MODULE_B="$$(./scripts/baseline-module.sh)",) \
 		./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
 	cargo bench -p dlock-client --bench client$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
 

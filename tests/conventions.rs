@@ -63,10 +63,12 @@ fn command_info_has_arity_flags_and_key_specs() {
         info.contains("readonly") && info.contains("fast") && info.contains("RO"),
         "{info}"
     );
-    // Commands that create state are deny-oom; those that only give back
-    // or extend what the caller holds are not (as DEL and PEXPIRE).
+    // No command is deny-oom: those that create state refuse themselves
+    // over maxmemory, so that the module counts the refusals (tests/stats.rs);
+    // those that only give back or extend what the caller holds run (as DEL
+    // and PEXPIRE).
     for (command, arity, deny_oom) in [
-        ("dlock.fair", -4, true),
+        ("dlock.fair", -4, false),
         ("dlock.release", -3, false),
         ("dlock.renew", 4, false),
     ] {
@@ -84,7 +86,7 @@ fn command_info_has_arity_flags_and_key_specs() {
     let acquire = text(&cmd(&mut conn, &["COMMAND", "INFO", "dlock.acquire"]).unwrap());
     assert!(acquire.starts_with("dlock.acquire -4 "), "{acquire}");
     assert!(
-        acquire.contains("write") && acquire.contains("denyoom") && acquire.contains("RW"),
+        acquire.contains("write") && !acquire.contains("denyoom") && acquire.contains("RW"),
         "{acquire}"
     );
     let keys = text(

@@ -59,7 +59,8 @@
 //!   document's; `-1` matches only `-1`;
 //! * the value of a `client-id` field, and `CLIENT ID` replies, match any
 //!   id, consistently;
-//! * a number right after `time=` (the audit channel's messages) matches
+//! * a number right after `time=` (the audit channel's messages) or
+//!   `dlock_wait_ms_sum:` (`INFO dlock`'s sum of measured waits) matches
 //!   any number.
 //!
 //! Where a document value is bound to an actual one, later commands that
@@ -725,7 +726,7 @@ fn compare(
             match (dpiece, apiece) {
                 (Piece::Text(x), Piece::Text(y)) if x == y => {
                     after_integer = x.ends_with("(integer) ");
-                    after_time = x.ends_with("time=");
+                    after_time = x.ends_with("time=") || x.ends_with("dlock_wait_ms_sum:");
                 }
                 (Piece::Number(_), Piece::Number(_)) if is_time => {}
                 (Piece::Uuid(x), Piece::Uuid(y)) => bindings.bind("uuid", x, y)?,

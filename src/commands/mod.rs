@@ -23,6 +23,9 @@ pub mod macquire;
 // Waiting for a change of a lock's newest holder.
 pub mod watch;
 
+// The module's statistics (INFO dlock).
+pub mod stats;
+
 use std::ffi::CStr;
 
 /// Every way a command can fail. Each maps to one static error reply, so that
@@ -60,6 +63,8 @@ pub enum CommandError {
     InternalCommand,
     /// Redis refused to store the value.
     StoreFailed,
+    /// A command that creates state while memory is over `maxmemory`.
+    OutOfMemory,
     /// Redis refused to block the client.
     BlockFailed,
     /// DLOCK.LATCH with a count outside 1..2^53.
@@ -118,6 +123,9 @@ impl CommandError {
                 c"ERR DLOCK.SETSTATE is internal: only a master's replication stream or the AOF may send it"
             }
             CommandError::StoreFailed => c"ERR could not store the lock value",
+            CommandError::OutOfMemory => {
+                c"OOM command not allowed when used memory > 'maxmemory'."
+            }
             CommandError::BlockFailed => c"ERR could not block the client",
             CommandError::InvalidLatchCount => {
                 c"ERR invalid count: must be an integer from 1 to 2^53-1"

@@ -148,7 +148,13 @@ impl Many {
 }
 
 /// The holders of one lock.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Every change to the number of holders also moves the process-wide count
+/// of holds ([`live_holders`]), the `dlock_holders` gauge of `INFO dlock`:
+/// kept here, where holders come and go, so that every way a hold ends
+/// (release, expiry, a deleted or flushed key, a replica's full resync)
+/// counts without each caller remembering to.
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Holders {
     /// The holder, when there is exactly one (then `many` is `None`).
     one: Option<Hold>,
@@ -159,6 +165,7 @@ pub struct Holders {
 impl Holders {
     /// The holders of a lock with one holder.
     pub fn of_one(hold: Hold) -> Self {
+        gauge::add(1);
         Self {
             one: Some(hold),
             many: None,
@@ -172,8 +179,8 @@ impl Holders {
     /// Ends every hold of a lock with one holder ([`Holders::single`]),
     /// dropping only that hold; does nothing otherwise.
     pub fn clear_single(&mut self) {
-        if self.many.is_none() {
-            self.one = None;
+        if self.many.is_none() && self.one.take().is_some() {
+            gauge::sub(1);
         }
     }
 
@@ -269,6 +276,7 @@ impl Holders {
 
     /// Adds the hold of an owner that holds nothing yet.
     pub fn insert(&mut self, hold: Hold) {
+        gauge::add(1);
         if let Some(many) = self.many.as_mut() {
             many.insert(hold);
             return;
@@ -296,6 +304,7 @@ impl Holders {
             result = change(hold);
             if hold.total() == 0 {
                 self.one = None;
+                gauge::sub(1);
             }
             return Some(result);
         }
@@ -306,6 +315,7 @@ impl Holders {
         result = change(&mut hold);
         if hold.total() == 0 {
             many.by_owner.remove(hold.owner.as_bytes());
+            gauge::sub(1);
         } else {
             many.index(start, &hold);
             many.by_start.insert(start, hold);
@@ -317,11 +327,15 @@ impl Holders {
     /// Removes the hold of `owner`.
     pub fn remove(&mut self, owner: &[u8]) -> Option<Hold> {
         if self.one.as_ref().is_some_and(|hold| *hold.owner == *owner) {
+            gauge::sub(1);
             return self.one.take();
         }
         let many = self.many.as_mut()?;
         let start = *many.by_owner.get(owner)?;
         let hold = many.remove_start(start);
+        if hold.is_some() {
+            gauge::sub(1);
+        }
         self.compact();
         hold
     }
@@ -333,6 +347,7 @@ impl Holders {
             if hold.is_live(now_ms) {
                 return Vec::new();
             }
+            gauge::sub(1);
             return self.one.take().into_iter().collect();
         }
         let Some(many) = self.many.as_mut() else {
@@ -350,6 +365,7 @@ impl Holders {
                 }
             }
         }
+        gauge::sub(expired.len());
         self.compact();
         expired
     }
@@ -360,6 +376,7 @@ impl Holders {
             if hold.session.map(NonZeroU64::get) != Some(client) {
                 return Vec::new();
             }
+            gauge::sub(1);
             return self.one.take().into_iter().collect();
         }
         let Some(many) = self.many.as_mut() else {
@@ -370,16 +387,18 @@ impl Holders {
             .range((client, 0)..=(client, u64::MAX))
             .map(|(_, start)| *start)
             .collect();
-        let removed = starts
+        let removed: Vec<Hold> = starts
             .into_iter()
             .filter_map(|start| many.remove_start(start))
             .collect();
+        gauge::sub(removed.len());
         self.compact();
         removed
     }
 
     /// Removes every holder.
     pub fn clear(&mut self) {
+        gauge::sub(self.len());
         self.one = None;
         self.many = None;
     }
@@ -414,6 +433,89 @@ impl Holders {
             }
             (None, None) => 0,
         }
+    }
+}
+
+impl Clone for Holders {
+    fn clone(&self) -> Self {
+        gauge::add(self.len());
+        Self {
+            one: self.one.clone(),
+            many: self.many.clone(),
+        }
+    }
+}
+
+impl Drop for Holders {
+    fn drop(&mut self) {
+        // The common end (a released lock) has no holder left: no count.
+        let left = self.len();
+        if left > 0 {
+            gauge::sub(left);
+        }
+    }
+}
+
+/// Holds in every lock value alive in the process (see [`Holders`]): the
+/// `dlock_holders` gauge. Values Redis frees on a background thread
+/// (`FLUSHALL ASYNC`) drop their holders there, hence an atomic.
+pub fn live_holders() -> u64 {
+    gauge::get()
+}
+
+/// The raw count of this test thread's holds, negative if a path
+/// subtracted too much: the property tests check it against the holders
+/// their locks have.
+#[cfg(test)]
+pub fn live_holders_raw() -> i64 {
+    gauge::raw()
+}
+
+#[cfg(not(test))]
+mod gauge {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    static LIVE_HOLDS: AtomicI64 = AtomicI64::new(0);
+
+    #[inline]
+    pub fn add(n: usize) {
+        LIVE_HOLDS.fetch_add(n as i64, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn sub(n: usize) {
+        LIVE_HOLDS.fetch_sub(n as i64, Ordering::Relaxed);
+    }
+
+    pub fn get() -> u64 {
+        LIVE_HOLDS.load(Ordering::Relaxed).max(0) as u64
+    }
+}
+
+/// Unit tests run in parallel threads: each counts its own holds.
+#[cfg(test)]
+mod gauge {
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE_HOLDS: Cell<i64> = const { Cell::new(0) };
+    }
+
+    pub fn add(n: usize) {
+        LIVE_HOLDS.with(|live| live.set(live.get() + n as i64));
+    }
+
+    pub fn sub(n: usize) {
+        LIVE_HOLDS.with(|live| live.set(live.get() - n as i64));
+    }
+
+    pub fn get() -> u64 {
+        LIVE_HOLDS.with(|live| live.get()).max(0) as u64
+    }
+
+    /// The raw count, negative if a path subtracted too much.
+    pub fn raw() -> i64 {
+        LIVE_HOLDS.with(|live| live.get())
     }
 }
 
@@ -543,5 +645,35 @@ mod tests {
             .collect();
         assert_eq!(ended, vec![Box::from(&b"c"[..])]);
         assert_eq!(holders.single().map(|h| &*h.owner), Some(&b"d"[..]));
+    }
+
+    #[test]
+    fn the_holders_gauge_follows_every_change() {
+        let start = live_holders_raw();
+        let count = || live_holders_raw() - start;
+        let mut holders = Holders::of_one(hold("a", 1, 0, 100));
+        assert_eq!(count(), 1);
+        holders.insert(hold("b", 0, 1, 50));
+        holders.insert(hold("c", 0, 1, 300));
+        assert_eq!(count(), 3);
+        let copy = holders.clone();
+        assert_eq!(count(), 6);
+        drop(copy);
+        assert_eq!(count(), 3);
+        assert_eq!(holders.remove_expired(60).len(), 1);
+        assert_eq!(count(), 2);
+        holders.update(b"c", |hold| hold.shared = 0);
+        assert_eq!(count(), 1);
+        assert!(holders.remove(b"nobody").is_none());
+        assert_eq!(count(), 1);
+        holders.clear_single();
+        assert_eq!(count(), 0);
+        holders.insert(hold("d", 1, 0, 100));
+        holders.insert(hold("e", 0, 1, 100));
+        holders.clear();
+        assert_eq!(count(), 0);
+        holders.insert(hold("f", 1, 0, 100));
+        drop(holders);
+        assert_eq!(count(), 0);
     }
 }

@@ -19,7 +19,7 @@ mod owner;
 mod queue;
 mod token;
 
-pub use holders::{Hold, Holders};
+pub use holders::{live_holders, Hold, Holders};
 pub use owner::OwnerName;
 pub use queue::{
     stored_reservations, Entry, EntryKind, Queue, Waiter, WaiterId, Want, UPGRADE_SEQ,

@@ -315,6 +315,7 @@ proptest! {
         let present = |_| true;
         let mut now = 1_000u64;
         let mut next_waiter: WaiterId = 0;
+        let gauge_before = super::holders::live_holders_raw();
 
         for op in ops {
             if let Op::Wait { ms } = op {
@@ -464,6 +465,12 @@ proptest! {
                 all
             };
             prop_assert_eq!(holds(&replica), holds(&lock), "the replica's holders follow the effects");
+            // The `dlock_holders` gauge counts every holder of both locks.
+            prop_assert_eq!(
+                super::holders::live_holders_raw() - gauge_before,
+                (lock.holders().len() + replica.holders().len()) as i64,
+                "the holders gauge"
+            );
         }
     }
 }

@@ -219,6 +219,22 @@ pub const LATCH_COMMAND_INFO: &[Info] = &[
     },
 ];
 
+/// Commands without keys.
+pub const KEYLESS_COMMAND_INFO: &[Info] = &[Info {
+    name: c"dlock.stats",
+    summary: c"RESET zeroes the counters and the wait histogram of INFO dlock (not its gauges), as CONFIG RESETSTAT does Redis's; HELP lists the subcommands.",
+    complexity: c"O(1)",
+    arity: -2,
+    key_flags: 0,
+    args: &[Arg {
+        name: c"subcommand",
+        kind: STRING,
+        token: None,
+        optional: false,
+        summary: c"RESET or HELP",
+    }],
+}];
+
 pub const WATCH_COMMAND_INFO: &[Info] = &[Info {
     name: c"dlock.watch",
     summary: c"Waits until a lock's newest fencing token differs from the one given, then returns the newest token, its owner and pttl ([0, nil, -1] when free); null when the timeout passes.",
@@ -267,6 +283,8 @@ enum KeyLayout {
     Single,
     /// `numkeys` at position 1, then that many keys.
     Numkeys,
+    /// No key.
+    Keyless,
 }
 
 /// Registers the metadata of `info`'s command (created already): one key
@@ -279,6 +297,12 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
 /// at position 1, then the keys.
 pub fn register_numkeys(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
     register_with(ctx, info, KeyLayout::Numkeys)
+}
+
+/// Registers the metadata of `info`'s command (created already): no key,
+/// its arguments from position 1.
+pub fn register_keyless(ctx: *mut raw::RedisModuleCtx, info: &Info) -> bool {
+    register_with(ctx, info, KeyLayout::Keyless)
 }
 
 fn register_with(ctx: *mut raw::RedisModuleCtx, info: &Info, layout: KeyLayout) -> bool {
@@ -314,6 +338,7 @@ fn register_with(ctx: *mut raw::RedisModuleCtx, info: &Info, layout: KeyLayout) 
             key_spec.fk.keynum.firstkey = 1;
             key_spec.fk.keynum.keystep = 1;
         }
+        KeyLayout::Keyless => key_spec = zero_spec,
     }
     let mut key_specs = [key_spec, zero_spec];
 
@@ -328,14 +353,16 @@ fn register_with(ctx: *mut raw::RedisModuleCtx, info: &Info, layout: KeyLayout) 
         numkeys.summary = c"how many keys follow: 1 to 1024".as_ptr();
         args.push(numkeys);
     }
-    let mut key_arg = zero_arg;
-    key_arg.name = c"key".as_ptr();
-    key_arg.type_ = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
-    key_arg.key_spec_index = 0;
-    if layout == KeyLayout::Numkeys {
-        key_arg.flags = raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
+    if layout != KeyLayout::Keyless {
+        let mut key_arg = zero_arg;
+        key_arg.name = c"key".as_ptr();
+        key_arg.type_ = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+        key_arg.key_spec_index = 0;
+        if layout == KeyLayout::Numkeys {
+            key_arg.flags = raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
+        }
+        args.push(key_arg);
     }
-    args.push(key_arg);
     for arg in info.args {
         let mut raw_arg = zero_arg;
         raw_arg.name = arg.name.as_ptr();

@@ -149,6 +149,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 for hold in lock.holders().iter() {
                     tokens::observe_loaded(hold.token);
                 }
+                super::values::created(super::values::Kind::Lock);
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
             }
             // Null makes Redis reject the payload (RESTORE fails, a load stops
@@ -324,6 +325,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     if value.is_null() {
         return;
     }
+    super::values::freed(super::values::Kind::Lock);
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
     let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
@@ -499,7 +501,10 @@ unsafe extern "C" fn copy(
         // SAFETY: Redis passes a value of this type.
         match unsafe { lock_ref(value.cast_mut()) } {
             // A copy has no waiters (they wait on the original) and no SESSION tie.
-            Some(lock) => Box::into_raw(Box::new(lock.persistent_copy())).cast::<c_void>(),
+            Some(lock) => {
+                super::values::created(super::values::Kind::Lock);
+                Box::into_raw(Box::new(lock.persistent_copy())).cast::<c_void>()
+            }
             None => std::ptr::null_mut(),
         }
     })

@@ -149,6 +149,13 @@ impl Ctx {
         }
     }
 
+    /// Whether memory is over `maxmemory` now (never without `maxmemory`),
+    /// as Redis judges it for its `deny-oom` commands: after the eviction
+    /// it ran before this command.
+    pub fn over_maxmemory(self) -> bool {
+        api!(RedisModule_GetUsedMemoryRatio() else 0.0) > 1.0
+    }
+
     /// Whether this call comes from a master's replication stream or the AOF.
     pub fn is_replicated_or_loading(self) -> bool {
         let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
@@ -574,6 +581,7 @@ impl LockKey {
             drop(unsafe { Box::from_raw(value) });
             return Err(CommandError::StoreFailed);
         }
+        super::values::created(super::values::Kind::Lock);
         // SAFETY: Redis now owns the box and keeps it alive while the key exists.
         Ok(unsafe { &mut *value })
     }

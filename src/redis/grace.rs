@@ -172,6 +172,12 @@ pub fn fields() -> [(&'static str, u64); 3] {
     ]
 }
 
+/// `DLOCK.STATS RESET`: zeroes the grace counters (not the open window).
+pub fn reset_counters() {
+    DEFERRED.store(0, Ordering::Relaxed);
+    WINDOWS.store(0, Ordering::Relaxed);
+}
+
 /// Opens the startup window; called from the module's init.
 pub fn init(ctx: &redis_module::Context) {
     let detached =

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_module::raw;
 
 use super::ffi::api;
-use super::{awaiters, grace, multiwaiters, stats, tokens, waiters, watchers};
+use super::{awaiters, grace, multiwaiters, stats, tokens, values, waiters, watchers};
 
 /// The `INFO dlock` fields.
 fn fields() -> [(&'static str, u64); 16] {
@@ -68,6 +68,57 @@ fn watch_fields() -> [(&'static str, u64); 2] {
     ]
 }
 
+/// The gauges and counters added with the wait histogram, after the
+/// `DLOCK.WATCH` fields: what is stored and held now, and grants by cause.
+fn gauge_fields() -> [(&'static str, u64); 8] {
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    [
+        ("locks", values::live(values::Kind::Lock)),
+        ("latches", values::live(values::Kind::Latch)),
+        ("holders", crate::lock::live_holders()),
+        ("grants_immediate", read(&stats::ACQUIRES)),
+        ("grants_handoff", read(&stats::GRANTS_BY_HANDOFF)),
+        ("grants_after_expiry", read(&stats::GRANTS_AFTER_EXPIRY)),
+        ("notowner_replies", read(&stats::NOTOWNER_REPLIES)),
+        ("oom_refusals", read(&stats::OOM_REFUSALS)),
+    ]
+}
+
+/// The field names of the wait histogram's buckets, one per
+/// [`stats::WAIT_BUCKETS_MS`] bound and `+Inf`.
+const WAIT_BUCKET_FIELDS: [&str; stats::WAIT_BUCKETS_MS.len() + 1] = [
+    "wait_ms_le_1",
+    "wait_ms_le_5",
+    "wait_ms_le_10",
+    "wait_ms_le_50",
+    "wait_ms_le_250",
+    "wait_ms_le_1000",
+    "wait_ms_le_5000",
+    "wait_ms_le_30000",
+    "wait_ms_le_inf",
+];
+
+/// The wait histogram, cumulative as Prometheus expects, last.
+fn wait_fields() -> [(&'static str, u64); stats::WAIT_BUCKETS_MS.len() + 3] {
+    let (buckets, sum_ms, count) = stats::wait_histogram();
+    let mut fields = [("", 0u64); stats::WAIT_BUCKETS_MS.len() + 3];
+    for ((field, name), value) in fields.iter_mut().zip(WAIT_BUCKET_FIELDS).zip(buckets) {
+        *field = (name, value);
+    }
+    let n = WAIT_BUCKET_FIELDS.len();
+    fields[n] = ("wait_ms_sum", sum_ms);
+    fields[n + 1] = ("wait_ms_count", count);
+    fields
+}
+
+/// `DLOCK.STATS RESET`: zeroes every counter of `INFO dlock` (not the
+/// gauges, nor `dlock_last_token`), as `CONFIG RESETSTAT` zeroes Redis's.
+pub fn reset_counters() {
+    stats::reset();
+    grace::reset_counters();
+    watchers::WATCH_WAKEUPS.store(0, Ordering::Relaxed);
+}
+
 /// Registers the `INFO dlock` section; called from the module's init.
 pub fn register_info(ctx: &redis_module::Context) -> bool {
     api!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_section)) else raw::REDISMODULE_ERR as i32)
@@ -85,6 +136,8 @@ unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_
             .chain(latch_fields())
             .chain(multi_fields())
             .chain(watch_fields())
+            .chain(gauge_fields())
+            .chain(wait_fields())
         {
             let mut field = [0u8; 32];
             let len = name.len().min(field.len() - 1);
@@ -92,4 +145,32 @@ unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_
             api!(RedisModule_InfoAddFieldULongLong(ctx, field.as_ptr().cast(), value) else 0);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_field_names_follow_the_bounds() {
+        for (name, bound) in WAIT_BUCKET_FIELDS.iter().zip(stats::WAIT_BUCKETS_MS) {
+            assert_eq!(*name, format!("wait_ms_le_{bound}"));
+        }
+        assert_eq!(WAIT_BUCKET_FIELDS.last(), Some(&"wait_ms_le_inf"));
+    }
+
+    #[test]
+    fn every_field_name_fits_the_buffer() {
+        let names = fields()
+            .into_iter()
+            .chain(latch_fields())
+            .chain(multi_fields())
+            .chain(watch_fields())
+            .chain(gauge_fields())
+            .chain(wait_fields())
+            .map(|(name, _)| name);
+        for name in names {
+            assert!(!name.is_empty() && name.len() < 32, "{name:?}");
+        }
+    }
 }

@@ -39,6 +39,11 @@ pub fn settle(
         return;
     };
     let now_ms = step.now_ms;
+    // Waiters of a value Redis removed after its lease ended were queued
+    // here again just before: their grants below follow an expiry. Taken
+    // whether or not anyone is granted now, so that it never outlives
+    // this settle.
+    let orphans_of_expiry = stats::take_orphans_of_expired_lease();
     // No hand-off while a grace window is open (and no look before it closes).
     let window = grace::window(now_ms);
     lock::grace::hand_off(lock, window, &mut step);
@@ -56,14 +61,20 @@ pub fn settle(
         };
         stats::record_fact(ctx, Event::Expire, name, fact);
     }
-    for grant in &step.woken {
-        let event = handoff_event(&grant.grant);
-        let fact = Fact {
-            owner: &grant.owner,
-            token: grant.grant.token,
-            holds: grant.grant.holds,
-        };
-        stats::record_fact(ctx, event, name, fact);
+    if !step.woken.is_empty() {
+        // The waiters' wait ended because a lease did: a holder's in this
+        // step, or that of a value Redis removed under them.
+        let after_expiry = orphans_of_expiry || !step.expired.is_empty();
+        for grant in &step.woken {
+            let event = handoff_event(&grant.grant);
+            let fact = Fact {
+                owner: &grant.owner,
+                token: grant.grant.token,
+                holds: grant.grant.holds,
+            };
+            stats::record_fact(ctx, event, name, fact);
+            stats::count_grant_cause(event, after_expiry);
+        }
     }
     if lock.is_vacant(now_ms) {
         key.delete();

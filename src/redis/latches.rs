@@ -148,6 +148,7 @@ impl LatchKey {
             drop(unsafe { Box::from_raw(value) });
             return Err(CommandError::StoreFailed);
         }
+        super::values::created(super::values::Kind::Latch);
         self.set_deadline(deadline_ms);
         // SAFETY: Redis now owns the box and keeps it alive while the key exists.
         Ok(unsafe { &mut *value })
@@ -238,7 +239,10 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             return std::ptr::null_mut();
         }
         match latch::decode(&mut RdbIo(rdb)).filter(|_| !raw::is_io_error(rdb)) {
-            Some(latch) => Box::into_raw(Box::new(latch)).cast::<c_void>(),
+            Some(latch) => {
+                super::values::created(super::values::Kind::Latch);
+                Box::into_raw(Box::new(latch)).cast::<c_void>()
+            }
             // Null makes Redis reject the payload instead of storing a corrupt latch.
             None => std::ptr::null_mut(),
         }
@@ -293,6 +297,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     if value.is_null() {
         return;
     }
+    super::values::freed(super::values::Kind::Latch);
     // SAFETY: every value of this type was made by Box::<Latch>::into_raw
     // and Redis calls free exactly once, when it drops the value.
     let mut latch = unsafe { Box::from_raw(value.cast::<Latch>()) };
@@ -337,7 +342,10 @@ unsafe extern "C" fn copy(
         // SAFETY: Redis passes a value of this type.
         match unsafe { latch_ref(value.cast_mut()) } {
             // A copy has no awaiters: they await the original.
-            Some(latch) => Box::into_raw(Box::new(latch.persistent_copy())).cast::<c_void>(),
+            Some(latch) => {
+                super::values::created(super::values::Kind::Latch);
+                Box::into_raw(Box::new(latch.persistent_copy())).cast::<c_void>()
+            }
             None => std::ptr::null_mut(),
         }
     })

@@ -105,7 +105,9 @@ pub fn try_grant(ctx: Ctx, id: WaiterId, now_ms: u64) {
         let name = names[index].name();
         let grant = granted.as_ref().and_then(|grants| grants.get(index));
         if let Some(grant) = grant {
-            stats::record(ctx, keyspace::handoff_event(grant), name);
+            let event = keyspace::handoff_event(grant);
+            stats::record(ctx, event, name);
+            stats::count_grant_cause(event, false);
         }
         let changes = Changes {
             session: session.filter(|_| grant.is_some_and(|grant| !grant.reentry)),

@@ -46,6 +46,9 @@ fn adopt_orphans_now(ctx: Ctx, name: KeyName, key: &mut LockKey) {
     }
     if let Some(lock) = key.lock_mut() {
         requeue(lock, db, name.bytes(), waiting);
+        if lease_expired {
+            stats::note_orphans_of_expired_lease();
+        }
     }
 }
 

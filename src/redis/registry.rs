@@ -11,8 +11,9 @@ use redis_module::raw;
 
 use super::command_info;
 use super::ffi::{self, api, Argv, Ctx};
+use crate::commands::CommandError;
 use crate::commands::{acquire, fair, info, release, renew, setstate, CommandResult};
-use crate::commands::{awaits, countdown, latch, latchstate, macquire, watch};
+use crate::commands::{awaits, countdown, latch, latchstate, macquire, stats, watch};
 
 type Handler = fn(Ctx, &Argv<'_>) -> CommandResult;
 
@@ -44,19 +45,47 @@ macro_rules! entry_point {
             dispatch(ctx, argv, argc, $handler)
         }
     };
+    ($entry:ident => creates $handler:path) => {
+        extern "C" fn $entry(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            dispatch(ctx, argv, argc, |ctx, args| {
+                refuse_over_maxmemory(ctx)?;
+                $handler(ctx, args)
+            })
+        }
+    };
 }
 
-entry_point!(acquire_entry => acquire::run);
-entry_point!(fair_entry => fair::run);
+/// The commands that create state (ACQUIRE, FAIR, MACQUIRE, LATCH) are
+/// refused with `OOM` while memory is over `maxmemory`, in Redis's words.
+/// The module refuses them itself instead of flagging them `deny-oom`:
+/// Redis refuses a `deny-oom` command before the module sees it, so the
+/// module could not count the refusals (`dlock_oom_refusals`). Redis has
+/// run its eviction before the command either way, so the same commands
+/// are refused at the same moments; only inside `MULTI` the refusal is
+/// the command's error in `EXEC`'s reply, not an aborted transaction.
+fn refuse_over_maxmemory(ctx: Ctx) -> CommandResult {
+    if ctx.over_maxmemory() && !ctx.is_replicated_or_loading() {
+        return Err(CommandError::OutOfMemory);
+    }
+    Ok(())
+}
+
+entry_point!(acquire_entry => creates acquire::run);
+entry_point!(fair_entry => creates fair::run);
 entry_point!(release_entry => release::run);
 entry_point!(renew_entry => renew::run);
 entry_point!(info_entry => info::run);
 entry_point!(setstate_entry => setstate::run);
-entry_point!(latch_entry => latch::run);
+entry_point!(latch_entry => creates latch::run);
 entry_point!(countdown_entry => countdown::run);
 entry_point!(await_entry => awaits::run);
 entry_point!(latchstate_entry => latchstate::run);
 entry_point!(watch_entry => watch::run);
+entry_point!(stats_entry => stats::run);
 
 /// DLOCK.MACQUIRE also answers Redis's key-position requests
 /// (`getkeys-api`): Redis 7.0 routes Cluster commands by the legacy key
@@ -77,10 +106,14 @@ extern "C" fn macquire_entry(
         }));
         return raw::REDISMODULE_OK as c_int;
     }
-    dispatch(ctx, argv, argc, macquire::run)
+    dispatch(ctx, argv, argc, |ctx, args| {
+        refuse_over_maxmemory(ctx)?;
+        macquire::run(ctx, args)
+    })
 }
 
-/// Every DLOCK command. The writers that create state are `write deny-oom`;
+/// Every DLOCK command. The writers that create state are refused over
+/// `maxmemory` (see [`refuse_over_maxmemory`]);
 /// RELEASE and RENEW only free or extend what the caller holds, so, like
 /// `DEL` and `PEXPIRE`, memory pressure never refuses them (a holder must
 /// be able to give its lock back, and the next waiter to get it). INFO is
@@ -89,13 +122,13 @@ extern "C" fn macquire_entry(
 const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: c"dlock.acquire",
-        flags: c"write deny-oom",
+        flags: c"write",
         acl: c"write slow blocking",
         entry: Some(acquire_entry),
     },
     CommandSpec {
         name: c"dlock.fair",
-        flags: c"write deny-oom",
+        flags: c"write",
         acl: c"write slow",
         entry: Some(fair_entry),
     },
@@ -131,7 +164,7 @@ const COMMANDS: &[CommandSpec] = &[
 const LATCH_COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: c"dlock.latch",
-        flags: c"write deny-oom",
+        flags: c"write",
         acl: c"write slow",
         entry: Some(latch_entry),
     },
@@ -172,9 +205,19 @@ const WATCH_COMMANDS: &[CommandSpec] = &[CommandSpec {
 /// and flag them `movablekeys`.
 const MULTI_KEY_COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: c"dlock.macquire",
-    flags: c"write deny-oom getkeys-api",
+    flags: c"write getkeys-api",
     acl: c"write slow blocking",
     entry: Some(macquire_entry),
+}];
+
+/// Commands without keys. `DLOCK.STATS` is flagged as `CONFIG RESETSTAT`
+/// is (`admin noscript loading stale`), and is in Redis's `@admin @slow
+/// @dangerous` categories as that one.
+const KEYLESS_COMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: c"dlock.stats",
+    flags: c"admin deny-script allow-loading allow-stale",
+    acl: c"admin slow dangerous",
+    entry: Some(stats_entry),
 }];
 
 fn dispatch(
@@ -188,6 +231,11 @@ fn dispatch(
     let args = unsafe { Argv::from_raw(argv, argc) };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
     if !matches!(outcome, Ok(Ok(()))) {
+        match outcome {
+            Ok(Err(CommandError::NotOwner)) => super::stats::count_notowner(),
+            Ok(Err(CommandError::OutOfMemory)) => super::stats::count_oom_refusal(),
+            _ => {}
+        }
         reply_failure(ctx, outcome);
     }
     raw::REDISMODULE_OK as c_int
@@ -222,7 +270,7 @@ pub fn register_commands(module: &redis_module::Context) -> Result<(), &'static 
             return Err(command.name);
         }
     }
-    for command in MULTI_KEY_COMMANDS {
+    for command in MULTI_KEY_COMMANDS.iter().chain(KEYLESS_COMMANDS) {
         let status = api!(RedisModule_CreateCommand(
             ctx,
             command.name.as_ptr(),
@@ -247,6 +295,11 @@ pub fn register_commands(module: &redis_module::Context) -> Result<(), &'static 
     }
     for info in command_info::MULTI_KEY_COMMAND_INFO {
         if !command_info::register_numkeys(ctx, info) {
+            return Err(info.name);
+        }
+    }
+    for info in command_info::KEYLESS_COMMAND_INFO {
+        if !command_info::register_keyless(ctx, info) {
             return Err(info.name);
         }
     }
@@ -281,6 +334,7 @@ fn set_acl_categories(module: &redis_module::Context) -> Result<(), &'static CSt
         .chain(LATCH_COMMANDS)
         .chain(MULTI_KEY_COMMANDS)
         .chain(WATCH_COMMANDS)
+        .chain(KEYLESS_COMMANDS)
     {
         let categories = if in_category {
             let mut both = command.acl.to_bytes().to_vec();

@@ -5,6 +5,7 @@
 //! flag `d`), e.g. `CONFIG SET notify-keyspace-events Kd` and then
 //! `PSUBSCRIBE __keyspace@0__:*` shows `dlock.acquire`, `dlock.release`, ...
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -121,6 +122,140 @@ pub(super) static LATCHES_OPENED: AtomicU64 = AtomicU64::new(0);
 pub(super) static AWAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 pub(super) static MULTI_ACQUIRES: AtomicU64 = AtomicU64::new(0);
 pub(super) static MULTI_HANDOFFS: AtomicU64 = AtomicU64::new(0);
+/// New holds granted to a blocked waiter after a release (or any end of a
+/// hold but its lease running out).
+pub(super) static GRANTS_BY_HANDOFF: AtomicU64 = AtomicU64::new(0);
+/// New holds granted to a blocked waiter because a holder's lease ran out.
+pub(super) static GRANTS_AFTER_EXPIRY: AtomicU64 = AtomicU64::new(0);
+/// `NOTOWNER` replies: a holder that found its hold gone.
+pub(super) static NOTOWNER_REPLIES: AtomicU64 = AtomicU64::new(0);
+/// Commands refused with `OOM`.
+pub(super) static OOM_REFUSALS: AtomicU64 = AtomicU64::new(0);
+
+/// The upper bounds (ms) of the wait histogram's buckets, `+Inf` aside:
+/// `dlock_wait_ms_le_<bound>`. Fixed, so that Prometheus sees the same
+/// series for ever.
+pub const WAIT_BUCKETS_MS: [u64; 8] = [1, 5, 10, 50, 250, 1_000, 5_000, 30_000];
+
+/// Waits that ended in each bucket (not cumulative here: one add per
+/// wait; `INFO` adds them up), the last one above every bound.
+pub(super) static WAIT_BUCKETS: [AtomicU64; WAIT_BUCKETS_MS.len() + 1] =
+    [const { AtomicU64::new(0) }; WAIT_BUCKETS_MS.len() + 1];
+/// The waits added up, in µs (shown in ms).
+pub(super) static WAIT_SUM_US: AtomicU64 = AtomicU64::new(0);
+
+/// A blocked `DLOCK.ACQUIRE` was granted or timed out after waiting
+/// `waited_us`: counted in the wait histogram. A few compares and two
+/// adds; no allocation.
+pub fn record_wait(waited_us: u64) {
+    let mut bucket = WAIT_BUCKETS_MS.len();
+    for (index, bound_ms) in WAIT_BUCKETS_MS.iter().enumerate() {
+        if waited_us <= bound_ms * 1_000 {
+            bucket = index;
+            break;
+        }
+    }
+    if let Some(counter) = WAIT_BUCKETS.get(bucket) {
+        increment(counter);
+    }
+    WAIT_SUM_US.store(
+        WAIT_SUM_US.load(Ordering::Relaxed).wrapping_add(waited_us),
+        Ordering::Relaxed,
+    );
+}
+
+/// The wait histogram as `INFO` shows it: the cumulative count at or
+/// below each bound (`+Inf` last), the sum in ms, the count.
+pub fn wait_histogram() -> ([u64; WAIT_BUCKETS_MS.len() + 1], u64, u64) {
+    let mut cumulative = [0u64; WAIT_BUCKETS_MS.len() + 1];
+    let mut running = 0u64;
+    for (slot, counter) in cumulative.iter_mut().zip(WAIT_BUCKETS.iter()) {
+        running = running.wrapping_add(counter.load(Ordering::Relaxed));
+        *slot = running;
+    }
+    let sum_ms = WAIT_SUM_US.load(Ordering::Relaxed) / 1_000;
+    // The count is the +Inf bucket, as Prometheus requires of `_count`.
+    (cumulative, sum_ms, running)
+}
+
+/// A hand-off (`Event::Handoff`, `Event::HandoffShared`: a new hold for a
+/// blocked waiter) counted by its cause: the end of a lease
+/// (`after_expiry`) or any other end of a hold (a release, a session
+/// closed, a deleted key).
+pub fn count_grant_cause(event: Event, after_expiry: bool) {
+    if matches!(event, Event::Handoff | Event::HandoffShared) {
+        increment(if after_expiry {
+            &GRANTS_AFTER_EXPIRY
+        } else {
+            &GRANTS_BY_HANDOFF
+        });
+    }
+}
+
+thread_local! {
+    /// Set when waiters of a lock value that Redis removed after its lease
+    /// ended are queued again: the settle that grants them next counts its
+    /// hand-offs as after an expiry.
+    static ORPHANS_OF_EXPIRED_LEASE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// See [`ORPHANS_OF_EXPIRED_LEASE`].
+pub fn note_orphans_of_expired_lease() {
+    let _ = ORPHANS_OF_EXPIRED_LEASE.try_with(|flag| flag.set(true));
+}
+
+/// Whether [`note_orphans_of_expired_lease`] was called since the last
+/// call; clears the note.
+#[inline]
+pub fn take_orphans_of_expired_lease() -> bool {
+    ORPHANS_OF_EXPIRED_LEASE
+        .try_with(|flag| flag.replace(false))
+        .unwrap_or(false)
+}
+
+/// Counts a `NOTOWNER` reply.
+pub fn count_notowner() {
+    increment(&NOTOWNER_REPLIES);
+}
+
+/// Counts an `OOM` refusal.
+pub fn count_oom_refusal() {
+    increment(&OOM_REFUSALS);
+}
+
+/// `DLOCK.STATS RESET`: zeroes every counter and the wait histogram, as
+/// `CONFIG RESETSTAT` does Redis's own; the gauges (what is held, queued,
+/// stored now) and `dlock_last_token` stay.
+pub fn reset() {
+    for counter in [
+        &ACQUIRES,
+        &REENTRIES,
+        &RELEASES,
+        &RENEWALS,
+        &RESERVATIONS_MADE,
+        &HANDOFFS,
+        &LEASE_EXPIRIES,
+        &BLOCK_TIMEOUTS,
+        &SHARED_GRANTS,
+        &DEADLOCKS,
+        &LATCHES_CREATED,
+        &COUNTDOWNS,
+        &LATCHES_OPENED,
+        &AWAIT_TIMEOUTS,
+        &MULTI_ACQUIRES,
+        &MULTI_HANDOFFS,
+        &GRANTS_BY_HANDOFF,
+        &GRANTS_AFTER_EXPIRY,
+        &NOTOWNER_REPLIES,
+        &OOM_REFUSALS,
+        &WAIT_SUM_US,
+    ]
+    .into_iter()
+    .chain(WAIT_BUCKETS.iter())
+    {
+        counter.store(0, Ordering::Relaxed);
+    }
+}
 
 /// Counts `event` and publishes it as a keyspace event on `name`. Nothing
 /// is published (nor is Redis called) while `notify-keyspace-events` leaves

@@ -182,6 +182,7 @@ fn rehome(ctx: Ctx, group: &OrphanGroup, now: u64) {
     }
     if group.lease_expired {
         stats::record(ctx, Event::Expire, name.name());
+        stats::note_orphans_of_expired_lease();
     }
     let changes = Changes {
         queue: true,

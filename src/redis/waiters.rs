@@ -41,6 +41,8 @@ struct Record {
     times_out_at: Option<u64>,
     /// The blocked client's id (`CLIENT LIST`, `CLIENT KILL ID`).
     client: u64,
+    /// When it blocked (µs since the epoch), for the wait histogram.
+    blocked_at_us: u64,
 }
 
 /// Single-key lock waiters, as blocked clients.
@@ -71,6 +73,7 @@ impl BlockedKind for Waiters {
     }
 
     fn timed_out(ctx: Ctx, record: &Record) {
+        record_wait_of(record);
         let name = ctx.key_name(&record.key);
         let fact = super::audit::Fact {
             owner: &record.owner,
@@ -223,6 +226,7 @@ pub fn block(
         waiter,
         times_out_at,
         client: ctx.client_id(),
+        blocked_at_us: crate::clock::now_us(),
     };
     // No Redis timeout: the module keeps it (see `super::timeouts`).
     if !blocked::block::<Waiters>(ctx, id, record) {
@@ -254,10 +258,18 @@ fn unblock(id: WaiterId, mut outcome: Outcome) -> bool {
         return false;
     };
     if let Outcome::Granted { place, .. } = &mut outcome {
+        record_wait_of(&record);
         *place = Some((record.db, record.key));
     }
     handle.answer(outcome);
     true
+}
+
+/// Counts the wait of a waiter granted or timed out now in the wait
+/// histogram.
+fn record_wait_of(record: &Record) {
+    let waited_us = crate::clock::now_us().saturating_sub(record.blocked_at_us);
+    stats::record_wait(waited_us);
 }
 
 /// Answers waiter `id` null (its lock went away or moved, or it could not

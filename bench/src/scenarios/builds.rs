@@ -41,6 +41,7 @@ pub fn run(config: &Config) -> Res<Section> {
             "middle half of the per-round ratios",
         ],
     );
+    let mut targets = Vec::new();
     for op in UNITS {
         let cases = [
             Case {
@@ -69,6 +70,15 @@ pub fn run(config: &Config) -> Res<Section> {
             times(rates.ratio(0, 1)),
             rates.ratio_spread(0, 1),
         ]);
+        // The cost of what this build adds (with `make bench`, the base
+        // commit's build is B: issue 39's statistics), as context.
+        targets.push(crate::report::Target::context(
+            &format!(
+                "{}, pipeline {PIPELINE}: this build / build B",
+                op.commands()
+            ),
+            rates.ratio(0, 1),
+        ));
     }
     let mut section = Section::new(15, "This build of the module against another");
     section.about = format!(
@@ -80,5 +90,6 @@ pub fn run(config: &Config) -> Res<Section> {
         load::SLICE.as_millis(),
     );
     section.tables.push(table);
+    section.targets = targets;
     Ok(section)
 }

@@ -192,13 +192,12 @@ pub fn run(config: &Config) -> Res<Section> {
         ratio(per_lock[0], per_lock[1]),
         1.5,
     ));
-    let below = ratio(per_lock[0], per_lock[2]);
-    section.targets.push(Target {
-        what: "memory per lock: DLOCK / Lua hash lock".into(),
-        measured: times(below),
-        goal: "< 1.00x".into(),
-        met: below < 1.0,
-    });
+    // Issue 39: the goal is the SET string's above; the Lua hash lock's
+    // ratio stays as context.
+    section.targets.push(Target::context(
+        "memory per lock: DLOCK / Lua hash lock",
+        ratio(per_lock[0], per_lock[2]),
+    ));
     section.commands = vec![
         format!("target/release/dlock-bench --only 6   # {} locks per design, pipelined:", thousands(count as f64)),
         format!("#   DLOCK.ACQUIRE lock:<i> <uuid> {TTL}  |  SET lock:<i> <uuid> NX PX {TTL}  |  EVALSHA <lock> 1 lock:<i> {TTL} <uuid>"),

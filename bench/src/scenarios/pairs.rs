@@ -190,6 +190,18 @@ pub fn run(config: &Config) -> Res<Section> {
                 &what("DLOCK / SET NX PX + DEL without the module"),
                 setdel,
             ));
+        } else if pipeline == 16 && config.floor_goal_at_16 {
+            // Issue 39: on Redis 8, >= 0.95x the floor module's pair at
+            // pipeline 16, as on Redis 7.0; SET NX PX + DEL stays as context.
+            section.targets.push(Target::at_least(
+                &what("DLOCK / floor module (dlock's own code)"),
+                own,
+                0.95,
+            ));
+            section.targets.push(Target::context(
+                &what("DLOCK / SET NX PX + DEL without the module"),
+                setdel,
+            ));
         } else if pipeline == 16 {
             section.targets.push(Target::at_least(
                 &what("DLOCK / SET NX PX + DEL without the module"),

@@ -275,6 +275,18 @@ fn interleaved_runs(
                 &what("DLOCK.ACQUIRE / SET NX PX"),
                 rates.ratio(0, 1),
             ));
+        } else if pipeline == 16 && config.floor_goal_at_16 {
+            // Issue 39: on Redis 8, >= 0.95x the floor module at pipeline
+            // 16, as on Redis 7.0; SET NX PX stays as context.
+            targets.push(Target::at_least(
+                &what("DLOCK.ACQUIRE / FLOOR.ACQUIRE (dlock's own code)"),
+                rates.ratio(0, 3),
+                0.95,
+            ));
+            targets.push(Target::context(
+                &what("DLOCK.ACQUIRE / SET NX PX"),
+                rates.ratio(0, 1),
+            ));
         } else if pipeline == 16 {
             targets.push(Target::at_least(
                 &what("DLOCK.ACQUIRE / SET NX PX"),
