@@ -74,6 +74,10 @@ def check(v, problems):
     expect("clients/python/pyproject.toml name", py["name"], c["python"]["package"])
     expect("clients/python/pyproject.toml version", py["version"], c["python"]["version"])
 
+    init = (ROOT / "clients/python/dlock/__init__.py").read_text()
+    found = re.search(r'^__version__ = "([^"]+)"', init, re.M)
+    expect("clients/python/dlock/__init__.py __version__", found and found.group(1), c["python"]["version"])
+
     pkg = json.loads((ROOT / c["node"]["manifest"]).read_text())
     expect("clients/node/package.json name", pkg["name"], c["node"]["package"])
     expect("clients/node/package.json version", pkg["version"], c["node"]["version"])

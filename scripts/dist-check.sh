@@ -58,6 +58,14 @@ must_contain() {
     [ -z "$missing" ] || fail "$what lacks:$missing"
 }
 
+# The shell block after `<!-- dist-check: $2 -->` in file $1 (its indent removed).
+readme_block() {
+    awk -v marker="<!-- dist-check: $2 -->" 'index($0, marker) { on = 1; next }
+        on && /^ *```sh/ { inblock = 1; match($0, /^ */); indent = RLENGTH; next }
+        inblock && /^ *```/ { exit }
+        inblock { print substr($0, indent + 1) }' "$1"
+}
+
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -79,8 +87,8 @@ start_server() {
     mkdir -p "$dir"
     for _attempt in 1 2 3; do
         port=$(free_port)
-        printf 'include %s\nport %s\nbind 127.0.0.1\ndir %s\nsave ""\nappendonly no\nlogfile %s\n' \
-            "$snippet" "$port" "$dir" "$dir/redis.log" >"$dir/redis.conf"
+        printf 'include %s\nport %s\nbind 127.0.0.1\ndir %s\nsave ""\nappendonly no\nlogfile %s\n%s\n' \
+            "$snippet" "$port" "$dir" "$dir/redis.log" "${EXTRA_CONF:-}" >"$dir/redis.conf"
         redis-server "$dir/redis.conf" >/dev/null 2>&1 &
         echo $! >"$TMP/pids/$(basename "$1")"
         for _i in $(seq 100); do
@@ -126,12 +134,31 @@ check_tarball() {
     if [ -d clients/cli ]; then expected+=(bin/dlock); fi
     must_contain "$dir/listing" "$(basename "$TARBALL")" "${expected[@]/#/$TARBALL_NAME/}"
     (cd "$DIST" && sha256sum --quiet -c SHA256SUMS)
-    tar -xzf "$TARBALL" -C "$dir"
-    local unpacked="$dir/$TARBALL_NAME"
-    file -L "$unpacked/libdlock.so" | grep -q 'stripped' && ! file -L "$unpacked/libdlock.so" | grep -q 'not stripped' ||
+    # README.md's install steps, under a root of their own: sudo dropped,
+    # /usr/lib/redis and /etc/redis moved under it, redis.conf as Debian's
+    # starts (the steps append the include line).
+    local root="$dir/root" steps
+    steps=$(readme_block README.md tarball-install)
+    [ -n "$steps" ] || fail "README.md has no tarball-install block"
+    mkdir -p "$root/etc/redis"
+    : >"$root/etc/redis/redis.conf"
+    cp "$TARBALL" "$dir/"
+    steps=${steps//sudo /}
+    steps=${steps//\/usr\/lib\/redis\//$root/usr/lib/redis/}
+    steps=${steps//\/etc\/redis\//$root/etc/redis/}
+    (cd "$dir" && set -x && eval "$steps")
+    local module="$root/usr/lib/redis/modules/libdlock.so"
+    file -L "$module" | grep -q 'stripped' && ! file -L "$module" | grep -q 'not stripped' ||
         fail "libdlock.so is not stripped"
-    sed "s|/usr/lib/redis/modules/|$unpacked/|" "$unpacked/dlock.conf" >"$dir/dlock.conf"
-    module_smoke "$(start_server "$dir" "$dir/dlock.conf")" "$dir"
+    sed -i "s|/usr/lib/redis/|$root/usr/lib/redis/|" "$root/etc/redis/modules/dlock.conf"
+    local port
+    port=$(EXTRA_CONF="enable-module-command local" start_server "$dir" "$root/etc/redis/redis.conf")
+    # docs/operations.md: MODULE UNLOAD refuses dlock with or without keys.
+    redis-cli -p "$port" MODULE UNLOAD dlock | grep -q "exports one or more module-side data types" ||
+        fail "MODULE UNLOAD with no key was not refused as docs/operations.md says"
+    module_smoke "$port" "$dir"
+    redis-cli -p "$port" MODULE UNLOAD dlock | grep -q "exports one or more module-side data types" ||
+        fail "MODULE UNLOAD with a lock held was not refused as docs/operations.md says"
 }
 
 check_deb() {
@@ -147,8 +174,24 @@ check_deb() {
     grep -q 'Permission is hereby granted' <(dpkg-deb --fsys-tarfile "$DEB" | tar -xOf - "./usr/share/doc/$DEB_PACKAGE/copyright") ||
         fail "the copyright file lacks the MIT text"
     # Errors fail; warnings are shown.
-    lintian --fail-on error --no-tag-display-limit "$DEB"
-    module_smoke "$(start_server "$dir" "$TMP/deb-dlock.conf")" "$dir"
+    lintian --fail-on error --tag-display-limit 0 "$DEB"
+    # README.md's steps, under a root of their own: `apt install` becomes
+    # dpkg-deb -x into it, sudo and systemctl are dropped, /etc/redis and
+    # /usr/lib/redis are moved under it.
+    local root="$dir/root" steps
+    steps=$(readme_block README.md deb-install)
+    [ -n "$steps" ] || fail "README.md has no deb-install block"
+    mkdir -p "$root/etc/redis"
+    : >"$root/etc/redis/redis.conf"
+    cp "$DEB" "$dir/"
+    steps=$(echo "$steps" | sed -e 's/^sudo //' -e 's/| sudo /| /' \
+        -e "s|^apt install \(\./[^ ]*\.deb\)\$|dpkg-deb -x \1 $root|" \
+        -e 's/^systemctl restart redis-server$/:/' \
+        -e "s|/etc/redis/|$root/etc/redis/|g" -e "s|/usr/lib/redis/|$root/usr/lib/redis/|g")
+    (cd "$dir" && set -x && eval "$steps")
+    [ -x "$root/usr/lib/redis/modules/libdlock.so" ] || fail "the README's steps installed no module"
+    sed -i "s|/usr/lib/redis/|$root/usr/lib/redis/|" "$root/etc/redis/modules/dlock.conf"
+    module_smoke "$(start_server "$dir" "$root/etc/redis/redis.conf")" "$dir"
 }
 
 # A new venv installs the wheel or the sdist (its file name is $2) with pip.
@@ -422,8 +465,7 @@ check_go() {
     mkdir -p "$dir/checkout/clients" "$dir/app"
     cp -r clients/go "$dir/checkout/clients/go"
     rm -rf "$dir/checkout/clients/go/bench"
-    steps=$(awk '/<!-- dist-check: go-install -->/ { on = 1; next } on && /^```sh/ { inblock = 1; next }
-        inblock && /^```/ { exit } inblock { print }' clients/go/README.md)
+    steps=$(readme_block clients/go/README.md go-install)
     [ -n "$steps" ] || fail "clients/go/README.md has no go-install block"
     echo "$steps"
     cd "$dir/app"
