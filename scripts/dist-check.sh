@@ -467,6 +467,8 @@ check_go() {
     rm -rf "$dir/checkout/clients/go/bench"
     steps=$(readme_block clients/go/README.md go-install)
     [ -n "$steps" ] || fail "clients/go/README.md has no go-install block"
+    [ "$steps" = "$(readme_block docs/clients.md go-install)" ] ||
+        fail "docs/clients.md's go-install block differs from clients/go/README.md's"
     echo "$steps"
     cd "$dir/app"
     go mod init example.com/dlock-smoke
