@@ -90,16 +90,20 @@ start_server() {
         printf 'include %s\nport %s\nbind 127.0.0.1\ndir %s\nsave ""\nappendonly no\nlogfile %s\n%s\n' \
             "$snippet" "$port" "$dir" "$dir/redis.log" "${EXTRA_CONF:-}" >"$dir/redis.conf"
         redis-server "$dir/redis.conf" >/dev/null 2>&1 &
-        echo $! >"$TMP/pids/$(basename "$1")"
+        local pid=$!
+        echo $pid >"$TMP/pids/$(basename "$1")"
         for _i in $(seq 100); do
-            if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then
+            # Up when it answers, and it is ours (another test's server
+            # could answer on a port ours failed to bind).
+            if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] &&
+                redis-cli -p "$port" INFO server | grep -q "^process_id:$pid"$'\r'; then
                 echo "$port"
                 return 0
             fi
-            kill -0 "$(cat "$TMP/pids/$(basename "$1")")" 2>/dev/null || break
+            kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
         done
-        kill "$(cat "$TMP/pids/$(basename "$1")")" 2>/dev/null || true
+        kill "$pid" 2>/dev/null || true
     done
     cat "$dir/redis.log" >&2
     fail "redis-server with $snippet did not start"
