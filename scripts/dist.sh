@@ -32,8 +32,8 @@ VERSION=$(versions module.version)
 ARCH=$(uname -m)
 DEBARCH=$(dpkg --print-architecture)
 DEB_PACKAGE=$(versions module.deb)
-# Timestamps inside the archives: the last commit's, so that two builds of
-# one commit give the same bytes.
+# Timestamps inside the module's archives and the .deb's changelog: the
+# last commit's, not the build's.
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 export SOURCE_DATE_EPOCH
 
