@@ -92,11 +92,11 @@ start_server() {
         redis-server "$dir/redis.conf" >/dev/null 2>&1 &
         local pid=$!
         echo $pid >"$TMP/pids/$(basename "$1")"
-        for _i in $(seq 100); do
+        for _i in $(seq 300); do
             # Up when it answers, and it is ours (another test's server
             # could answer on a port ours failed to bind).
             if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] &&
-                redis-cli -p "$port" INFO server | grep -q "^process_id:$pid"$'\r'; then
+                [[ "$(redis-cli -p "$port" INFO server)" == *"process_id:$pid"$'\r'* ]]; then
                 echo "$port"
                 return 0
             fi
@@ -152,16 +152,17 @@ check_tarball() {
     steps=${steps//\/etc\/redis\//$root/etc/redis/}
     (cd "$dir" && set -x && eval "$steps")
     local module="$root/usr/lib/redis/modules/libdlock.so"
-    file -L "$module" | grep -q 'stripped' && ! file -L "$module" | grep -q 'not stripped' ||
-        fail "libdlock.so is not stripped"
+    local kind
+    kind=$(file -L "$module")
+    [[ $kind == *stripped* && $kind != *"not stripped"* ]] || fail "libdlock.so is not stripped: $kind"
     sed -i "s|/usr/lib/redis/|$root/usr/lib/redis/|" "$root/etc/redis/modules/dlock.conf"
     local port
     port=$(EXTRA_CONF="enable-module-command local" start_server "$dir" "$root/etc/redis/redis.conf")
     # docs/operations.md: MODULE UNLOAD refuses dlock with or without keys.
-    redis-cli -p "$port" MODULE UNLOAD dlock | grep -q "exports one or more module-side data types" ||
+    [[ "$(redis-cli -p "$port" MODULE UNLOAD dlock)" == *"exports one or more module-side data types"* ]] ||
         fail "MODULE UNLOAD with no key was not refused as docs/operations.md says"
     module_smoke "$port" "$dir"
-    redis-cli -p "$port" MODULE UNLOAD dlock | grep -q "exports one or more module-side data types" ||
+    [[ "$(redis-cli -p "$port" MODULE UNLOAD dlock)" == *"exports one or more module-side data types"* ]] ||
         fail "MODULE UNLOAD with a lock held was not refused as docs/operations.md says"
 }
 
@@ -174,7 +175,7 @@ check_deb() {
         "./usr/share/doc/$DEB_PACKAGE/copyright" "./usr/share/doc/$DEB_PACKAGE/changelog.Debian.gz"
     dpkg-deb -f "$DEB" Package Version Depends
     [ "$(dpkg-deb -f "$DEB" Version)" = "$VERSION-1" ] || fail "deb version"
-    dpkg-deb -f "$DEB" Depends | grep -q 'libc6 (>= ' || fail "Depends names no libc6 version"
+    [[ "$(dpkg-deb -f "$DEB" Depends)" == *'libc6 (>= '* ]] || fail "Depends names no libc6 version"
     grep -q 'Permission is hereby granted' <(dpkg-deb --fsys-tarfile "$DEB" | tar -xOf - "./usr/share/doc/$DEB_PACKAGE/copyright") ||
         fail "the copyright file lacks the MIT text"
     # Errors fail; warnings are shown.
