@@ -132,6 +132,17 @@ def check(v, problems):
         if f"`{c[lang]['package']}`" not in readme:
             problems.append(f"README.md does not name the {lang} package `{c[lang]['package']}`")
 
+    # The artifact file names the READMEs tell users to install.
+    for readme, name in [
+        ("README.md", f"dlock-{module}-linux-x86_64.tar.gz"),
+        ("README.md", f"{v['module']['deb']}_{module}-1_amd64.deb"),
+        ("clients/node/README.md", f"{c['node']['package']}-{c['node']['version']}.tgz"),
+        ("clients/python/README.md", f"dlock_redis-{c['python']['version']}-py3-none-any.whl"),
+        ("clients/rust/README.md", f"{c['rust']['package']}-{c['rust']['version']}.crate"),
+    ]:
+        if name not in (ROOT / readme).read_text():
+            problems.append(f"{readme} does not name the artifact {name}")
+
     # The CLI once it exists (clients/cli, crate dlock-cli).
     cli_manifest = ROOT / c["cli"]["manifest"]
     if cli_manifest.exists():
