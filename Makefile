@@ -122,6 +122,22 @@ memcheck: build
 clean:
 	cargo clean
 
+# Release artifacts (issue 37): `make dist` builds into dist/ the module's
+# tarball and .deb, the Rust crate, the Python wheel and sdist, the npm
+# tarball and the Java jars (with -sources, -javadoc and POMs, as a Maven
+# repository layout), and SHA256SUMS (scripts/dist.sh, ~1 minute).
+# `make dist-check` (part of `make test`) installs each one in a new project
+# in a temporary folder and runs a smoke program against a server loading
+# the installed module (scripts/dist-check.sh, about 2 minutes, the checks
+# at once; logs in target/dist-check/). versions.toml states the versions
+# the manifests must agree with.
+.PHONY: dist dist-check
+test: dist-check
+dist: build node-build
+	./scripts/dist.sh
+dist-check: dist
+	./scripts/dist-check.sh
+
 # Each client's build and suite: clients/<lang>/client.mk adds its own
 # target to `test` (go-test, java-test, node-test, python-test) and to
 # `bench` where it has one (go-bench, java-bench, node-bench). The Rust

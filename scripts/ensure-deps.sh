@@ -23,6 +23,11 @@ command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 # The Python client's tests run in a virtual environment under target/.
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$missing python3-venv"
+# make dist / dist-check (scripts/dist.sh, scripts/dist-check.sh): the .deb's
+# Depends (dpkg-shlibdeps), its lint, and file(1) for the stripped module.
+command -v dpkg-shlibdeps >/dev/null 2>&1 || missing="$missing dpkg-dev"
+command -v lintian >/dev/null 2>&1 || missing="$missing lintian"
+command -v file >/dev/null 2>&1 || missing="$missing file"
 if ! ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 \
     || ! dpkg -s libclang-dev >/dev/null 2>&1; then
     missing="$missing libclang-dev"
