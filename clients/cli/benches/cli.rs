@@ -16,7 +16,7 @@
 //!    <= 1x etcd's).
 
 #[path = "../../../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use std::fmt::Write as _;
@@ -51,15 +51,29 @@ impl Etcd {
         let child = Command::new("etcd")
             .args(["--name", "bench", "--data-dir"])
             .arg(dir.join("data"))
-            .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+            .args([
+                "--listen-client-urls",
+                &endpoint,
+                "--advertise-client-urls",
+                &endpoint,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
             .args(["--initial-cluster", &format!("bench={peer_url}")])
             .args(["--log-level", "error", "--logger", "zap"])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("etcd.log")).expect("etcd log"))
             .spawn()
             .expect("start etcd (scripts/ensure-deps.sh etcd installs etcd-server)");
-        let etcd = Etcd { child, dir, endpoint };
+        let etcd = Etcd {
+            child,
+            dir,
+            endpoint,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let healthy = etcd
@@ -72,14 +86,20 @@ impl Etcd {
             if healthy {
                 return etcd;
             }
-            assert!(Instant::now() < deadline, "etcd did not start: see {}", etcd.dir.display());
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not start: see {}",
+                etcd.dir.display()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     fn ctl(&self) -> Command {
         let mut command = Command::new("etcdctl");
-        command.env("ETCDCTL_API", "3").arg(format!("--endpoints={}", self.endpoint));
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint));
         command
     }
 
@@ -90,7 +110,10 @@ impl Etcd {
             .args(["get", "--prefix", "--keys-only", prefix])
             .output()
             .expect("etcdctl get");
-        String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()).count()
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .count()
     }
 }
 
@@ -165,7 +188,8 @@ impl Bench {
         let mut command = match tool {
             Tool::Dlock => {
                 let mut c = Command::new(DLOCK);
-                c.env("DLOCK_URL", &self.url).args(["run", "bench-seq", "--", "true"]);
+                c.env("DLOCK_URL", &self.url)
+                    .args(["run", "bench-seq", "--", "true"]);
                 c
             }
             Tool::Etcd => {
@@ -252,7 +276,10 @@ impl Bench {
                     .args([
                         "bash",
                         "-c",
-                        &format!("echo \"{value} $EPOCHREALTIME\" >> {}; exec sleep 600", log.display()),
+                        &format!(
+                            "echo \"{value} $EPOCHREALTIME\" >> {}; exec sleep 600",
+                            log.display()
+                        ),
                     ])
                     .stdout(Stdio::null())
                     .spawn()
@@ -285,7 +312,9 @@ impl Bench {
         };
         let mut first = spawn("a", self);
         stamp(&mut first, "a", log.clone());
-        wait_until("the first leader", || read_log(&log).iter().any(|(v, _)| v == "a"));
+        wait_until("the first leader", || {
+            read_log(&log).iter().any(|(v, _)| v == "a")
+        });
         let mut second = spawn("b", self);
         stamp(&mut second, "b", log.clone());
         match tool {
@@ -297,8 +326,14 @@ impl Bench {
         let killed_at = now_s();
         first.kill().expect("SIGKILL the leader");
         first.wait().expect("reap");
-        wait_until("the next leader", || read_log(&log).iter().any(|(v, _)| v == "b"));
-        let led_at = read_log(&log).iter().find(|(v, _)| v == "b").map(|(_, t)| *t).expect("b");
+        wait_until("the next leader", || {
+            read_log(&log).iter().any(|(v, _)| v == "b")
+        });
+        let led_at = read_log(&log)
+            .iter()
+            .find(|(v, _)| v == "b")
+            .map(|(_, t)| *t)
+            .expect("b");
         // SAFETY: kill has no memory effects; the pid is our child's.
         unsafe {
             libc::kill(second.id() as i32, libc::SIGTERM);
@@ -323,7 +358,11 @@ fn main() {
         conn: server.connect(),
     };
     let etcd_version = String::from_utf8_lossy(
-        &Command::new("etcd").arg("--version").output().expect("etcd --version").stdout,
+        &Command::new("etcd")
+            .arg("--version")
+            .output()
+            .expect("etcd --version")
+            .stdout,
     )
     .lines()
     .next()
@@ -362,8 +401,14 @@ fn main() {
             dlock_gaps.extend(bench.queue_round(Tool::Dlock, round));
         }
     }
-    let (dlock_p50, dlock_p99) = (percentile(&mut dlock_gaps, 0.5), percentile(&mut dlock_gaps, 0.99));
-    let (etcd_p50, etcd_p99) = (percentile(&mut etcd_gaps, 0.5), percentile(&mut etcd_gaps, 0.99));
+    let (dlock_p50, dlock_p99) = (
+        percentile(&mut dlock_gaps, 0.5),
+        percentile(&mut dlock_gaps, 0.99),
+    );
+    let (etcd_p50, etcd_p99) = (
+        percentile(&mut etcd_gaps, 0.5),
+        percentile(&mut etcd_gaps, 0.99),
+    );
 
     // 3. Leader change after SIGKILL, ttl 2 s on both.
     let election_rounds = if quick { 1 } else { 5 };
@@ -393,7 +438,10 @@ fn main() {
         common::server_binary(),
         dlock_gaps.len(),
     );
-    let _ = writeln!(report, "| Measurement | dlock | etcd | flock | Ratio | Goal | |");
+    let _ = writeln!(
+        report,
+        "| Measurement | dlock | etcd | flock | Ratio | Goal | |"
+    );
     let _ = writeln!(report, "|---|---|---|---|---|---|---|");
     let _ = writeln!(
         report,
@@ -415,7 +463,10 @@ fn main() {
     let _ = writeln!(
         report,
         "| same, p99 | {} | {} | | {:.2}x | <= 0.2x | {} |",
-        ms(dlock_p99), ms(etcd_p99), dlock_p99 / etcd_p99, verdict(dlock_p99 <= 0.2 * etcd_p99),
+        ms(dlock_p99),
+        ms(etcd_p99),
+        dlock_p99 / etcd_p99,
+        verdict(dlock_p99 <= 0.2 * etcd_p99),
     );
     let _ = writeln!(
         report,

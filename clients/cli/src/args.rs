@@ -35,7 +35,13 @@ pub struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct Connection {
     /// Server URL: redis://[user:pass@]host:port/db, rediss:// for TLS
-    #[arg(long, global = true, env = "DLOCK_URL", hide_env_values = true, value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub url: Option<String>,
     /// A seed node of a Redis Cluster (repeat for more seeds)
     #[arg(long, global = true, value_name = "URL", conflicts_with = "sentinel")]
@@ -178,7 +184,12 @@ pub struct RunArgs {
     #[arg(long, short = 'E', value_name = "N")]
     pub conflict_exit_code: Option<u8>,
     /// The command and its arguments (after --)
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -199,7 +210,11 @@ pub struct ElectArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub kill_after: Duration,
     /// The command to run while leading (after --)
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -295,9 +310,15 @@ pub fn completions(shell: Shell) {
     let mut command = Cli::command();
     let mut out = std::io::stdout();
     match shell {
-        Shell::Bash => clap_complete::generate(clap_complete::Shell::Bash, &mut command, "dlock", &mut out),
-        Shell::Zsh => clap_complete::generate(clap_complete::Shell::Zsh, &mut command, "dlock", &mut out),
-        Shell::Fish => clap_complete::generate(clap_complete::Shell::Fish, &mut command, "dlock", &mut out),
+        Shell::Bash => {
+            clap_complete::generate(clap_complete::Shell::Bash, &mut command, "dlock", &mut out)
+        }
+        Shell::Zsh => {
+            clap_complete::generate(clap_complete::Shell::Zsh, &mut command, "dlock", &mut out)
+        }
+        Shell::Fish => {
+            clap_complete::generate(clap_complete::Shell::Fish, &mut command, "dlock", &mut out)
+        }
     }
 }
 
@@ -398,8 +419,15 @@ mod tests {
     #[test]
     fn every_command_shows_an_example_in_its_help() {
         for sub in Cli::command().get_subcommands() {
-            let help = sub.get_after_help().map(|h| h.to_string()).unwrap_or_default();
-            assert!(help.contains("Example"), "{} has no example", sub.get_name());
+            let help = sub
+                .get_after_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            assert!(
+                help.contains("Example"),
+                "{} has no example",
+                sub.get_name()
+            );
         }
     }
 }

@@ -22,9 +22,7 @@ pub struct Signals {
 impl Signals {
     pub fn catch() -> Result<Signals, Failure> {
         let catch = |kind: SignalKind| {
-            signal(kind).map_err(|error| {
-                Failure::new(70, format!("cannot catch signals: {error}"))
-            })
+            signal(kind).map_err(|error| Failure::new(70, format!("cannot catch signals: {error}")))
         };
         Ok(Signals {
             int: catch(SignalKind::interrupt())?,
@@ -74,7 +72,9 @@ pub async fn run(
         .split_first()
         .ok_or_else(|| Failure::usage("no command to run: give it after --"))?;
     let mut command = tokio::process::Command::new(program);
-    command.args(args).envs(spec.env.iter().map(|(k, v)| (k, v)));
+    command
+        .args(args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
     // SAFETY: getpid is async-signal-safe and reads no memory of ours.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the closure runs in the forked child before exec and calls
@@ -143,7 +143,8 @@ pub async fn run(
             }
         }
     };
-    let status = status.map_err(|error| Failure::new(70, format!("waiting for the command failed: {error}")))?;
+    let status = status
+        .map_err(|error| Failure::new(70, format!("waiting for the command failed: {error}")))?;
     let code = match (status.code(), status.signal()) {
         (Some(code), _) => (code & 0xff) as u8,
         (None, Some(signal)) => (128 + signal).min(255) as u8,

@@ -14,7 +14,10 @@ pub enum Target {
     /// One server.
     Standalone { info: ConnectionInfo, shown: String },
     /// A Redis Cluster, through its seeds.
-    Cluster { seeds: Vec<ConnectionInfo>, shown: String },
+    Cluster {
+        seeds: Vec<ConnectionInfo>,
+        shown: String,
+    },
 }
 
 impl Target {
@@ -32,7 +35,11 @@ fn without_password(url: &str) -> String {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
             let user = userinfo.split(':').next().unwrap_or("");
-            let user = if user.is_empty() { String::new() } else { format!("{user}@") };
+            let user = if user.is_empty() {
+                String::new()
+            } else {
+                format!("{user}@")
+            };
             format!("{}{}{}", &url[..scheme + 3], user, &url[at + 1..])
         }
         _ => url.to_string(),
@@ -105,7 +112,10 @@ pub async fn resolve(connection: &Connection) -> Result<Target, Failure> {
     if connection.master.is_some() {
         return Err(Failure::usage("--master needs --sentinel URL"));
     }
-    let url = connection.url.clone().unwrap_or_else(|| DEFAULT_URL.to_string());
+    let url = connection
+        .url
+        .clone()
+        .unwrap_or_else(|| DEFAULT_URL.to_string());
     let info = parse_url(&url, "--url (or DLOCK_URL)")?;
     Ok(Target::Standalone {
         info,
@@ -145,20 +155,25 @@ async fn sentinel_master(connection: &Connection, master: &str) -> Result<Target
                     ),
                 };
                 let addr = match base.addr() {
-                    redis::ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
-                        redis::ConnectionAddr::TcpTls {
-                            host: host.clone(),
-                            port,
-                            insecure: *insecure,
-                            tls_params: tls_params.clone(),
-                        }
-                    }
+                    redis::ConnectionAddr::TcpTls {
+                        insecure,
+                        tls_params,
+                        ..
+                    } => redis::ConnectionAddr::TcpTls {
+                        host: host.clone(),
+                        port,
+                        insecure: *insecure,
+                        tls_params: tls_params.clone(),
+                    },
                     _ => redis::ConnectionAddr::Tcp(host.clone(), port),
                 };
                 let info = base.set_addr(addr);
                 return Ok(Target::Standalone {
                     info,
-                    shown: format!("{host}:{port} (master '{master}' of {})", without_password(sentinel_url)),
+                    shown: format!(
+                        "{host}:{port} (master '{master}' of {})",
+                        without_password(sentinel_url)
+                    ),
                 });
             }
             Ok(None) => failures.push(format!(
@@ -187,10 +202,10 @@ pub async fn client(target: &Target) -> Result<dlock_client::Client, Failure> {
             let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.clone());
             if let Some(first) = seeds.first() {
                 if let Some(password) = first.redis_settings().password() {
-                    builder = builder.password(password.to_string());
+                    builder = builder.password(password);
                 }
                 if let Some(user) = first.redis_settings().username() {
-                    builder = builder.username(user.to_string());
+                    builder = builder.username(user);
                 }
             }
             dlock_client::Client::from_cluster(builder, dlock_client::Config::default()).await
@@ -213,7 +228,10 @@ pub fn refused(target: &Target, key: Option<&str>, error: &dlock_client::Error) 
         format!(
             "the server at {server} needs a password (NOAUTH): put it in DLOCK_URL (redis://user:password@host:port/) or in REDISCLI_AUTH"
         )
-    } else if code_of == "WRONGPASS" || text.contains("WRONGPASS") {
+    } else if code_of == "WRONGPASS"
+        || text.contains("WRONGPASS")
+        || matches!(error, dlock_client::Error::Connection(e) if e.kind() == redis::ErrorKind::AuthenticationFailed)
+    {
         format!(
             "the server at {server} refused the user name or password (WRONGPASS): check DLOCK_URL or REDISCLI_AUTH"
         )
@@ -275,7 +293,10 @@ async fn cluster_masters(
         let nodes: redis::RedisResult<String> = async {
             let client = redis::Client::open(seed.clone())?;
             let mut conn = client.get_multiplexed_async_connection().await?;
-            redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await
+            redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async(&mut conn)
+                .await
         }
         .await;
         match nodes {
@@ -297,14 +318,16 @@ async fn cluster_masters(
                         continue;
                     };
                     let addr = match seed.addr() {
-                        redis::ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
-                            redis::ConnectionAddr::TcpTls {
-                                host: host.to_string(),
-                                port,
-                                insecure: *insecure,
-                                tls_params: tls_params.clone(),
-                            }
-                        }
+                        redis::ConnectionAddr::TcpTls {
+                            insecure,
+                            tls_params,
+                            ..
+                        } => redis::ConnectionAddr::TcpTls {
+                            host: host.to_string(),
+                            port,
+                            insecure: *insecure,
+                            tls_params: tls_params.clone(),
+                        },
                         _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
                     };
                     masters.push((format!("{host}:{port}"), seed.clone().set_addr(addr)));

@@ -193,7 +193,11 @@ fn state_text(key: &str, state: &State) -> String {
             line("waiting", lock.waiting.to_string());
             line(
                 "queue",
-                if lock.queue.is_empty() { "-".into() } else { lock.queue.join(" ") },
+                if lock.queue.is_empty() {
+                    "-".into()
+                } else {
+                    lock.queue.join(" ")
+                },
             );
             line("shared", lock.shared.to_string());
             line("holders", lock.holders.len().to_string());
@@ -327,7 +331,13 @@ async fn scan_all(
 fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in rows {
@@ -476,7 +486,11 @@ fn screen(
     locks.sort_by(|a, b| {
         b.1.waiting
             .cmp(&a.1.waiting)
-            .then(a.1.oldest_token().unwrap_or(i64::MAX).cmp(&b.1.oldest_token().unwrap_or(i64::MAX)))
+            .then(
+                a.1.oldest_token()
+                    .unwrap_or(i64::MAX)
+                    .cmp(&b.1.oldest_token().unwrap_or(i64::MAX)),
+            )
             .then(a.0.cmp(b.0))
     });
     let mut out = format!(
@@ -497,9 +511,9 @@ fn screen(
         "OWNER".into(),
     ]];
     for (key, lock) in locks.iter().take(rows) {
-        let held = lock
-            .oldest_token()
-            .map_or("-".to_string(), |token| format!("{:.1}", (now_us - token).max(0) as f64 / 1e6));
+        let held = lock.oldest_token().map_or("-".to_string(), |token| {
+            format!("{:.1}", (now_us - token).max(0) as f64 / 1e6)
+        });
         let owner = match (&lock.owner, lock.holders.len()) {
             (Some(owner), _) => owner.clone(),
             (None, 0) => "-".into(),
@@ -540,7 +554,14 @@ pub async fn top(connection: &Connection, args: TopArgs) -> Outcome {
         let (counters, now_us) = sample(&target, &mut masters).await?;
         let after = (counters, Instant::now());
         let states = scan_all(&target, &mut masters, &args.pattern).await?;
-        let text = screen(&target, &states, Some(&before), &after, now_us, args.rows.unwrap_or(20));
+        let text = screen(
+            &target,
+            &states,
+            Some(&before),
+            &after,
+            now_us,
+            args.rows.unwrap_or(20),
+        );
         let mut out = std::io::stdout();
         let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
         return Ok(0);
@@ -560,7 +581,9 @@ pub async fn top(connection: &Connection, args: TopArgs) -> Outcome {
             Ok(states) => states,
             Err(failure) => break Err(failure),
         };
-        let rows = args.rows.unwrap_or_else(|| terminal_rows().saturating_sub(4).max(1));
+        let rows = args
+            .rows
+            .unwrap_or_else(|| terminal_rows().saturating_sub(4).max(1));
         let previous = if first_screen { None } else { Some(&before) };
         let text = screen(&target, &states, previous, &after, now_us, rows);
         let text = text.replace('\n', "\x1b[K\r\n");

@@ -66,7 +66,10 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
     };
     let env = vec![
         ("DLOCK_KEY", args.key.clone()),
-        ("DLOCK_OWNER", String::from_utf8_lossy(guard.owner()).into_owned()),
+        (
+            "DLOCK_OWNER",
+            String::from_utf8_lossy(guard.owner()).into_owned(),
+        ),
         ("DLOCK_TOKEN", guard.token().to_string()),
         ("DLOCK_TTL_MS", millis(args.ttl).to_string()),
     ];
@@ -153,7 +156,10 @@ pub async fn elect(connection: &Connection, args: ElectArgs) -> Outcome {
     }
     let guard_env = vec![
         ("DLOCK_KEY", args.name.clone()),
-        ("DLOCK_OWNER", String::from_utf8_lossy(leadership.owner()).into_owned()),
+        (
+            "DLOCK_OWNER",
+            String::from_utf8_lossy(leadership.owner()).into_owned(),
+        ),
         ("DLOCK_TOKEN", leadership.term().to_string()),
         ("DLOCK_TTL_MS", millis(args.ttl).to_string()),
     ];
@@ -195,7 +201,10 @@ pub async fn observe(connection: &Connection, args: ObserveArgs) -> Outcome {
                 return Err(connect::refused(&target, Some(&args.name), &error))
             }
             Err(error) => {
-                eprintln!("dlock: observing {} failed ({error}); trying again", args.name);
+                eprintln!(
+                    "dlock: observing {} failed ({error}); trying again",
+                    args.name
+                );
                 continue;
             }
         };

@@ -106,7 +106,9 @@ async fn dispatch(cli: Cli) -> Outcome {
         Command::List(list) => inspect::list(target, list).await,
         Command::Top(top) => inspect::top(target, top).await,
         Command::Latch(latch) => match latch.action {
-            LatchAction::Init { count, ttl } => lead::latch_init(target, &latch.name, count, ttl).await,
+            LatchAction::Init { count, ttl } => {
+                lead::latch_init(target, &latch.name, count, ttl).await
+            }
             LatchAction::CountDown { n } => lead::latch_count_down(target, &latch.name, n).await,
             LatchAction::Wait { wait } => lead::latch_wait(target, &latch.name, wait).await,
         },

@@ -70,14 +70,20 @@ fn queued_children_run_one_at_a_time_in_fifo_order(n: usize) {
         // start/end alternate: no child started while another ran.
         assert_eq!(pair[0].0, "start", "{log}");
         assert_eq!(pair[1].0, "end", "{log}");
-        assert_eq!(pair[0].3, pair[1].3, "a child's end follows its own start: {log}");
+        assert_eq!(
+            pair[0].3, pair[1].3,
+            "a child's end follows its own start: {log}"
+        );
         // FIFO: the children ran in the order their dlock queued.
         assert_eq!(pair[0].3, i, "queue order: {log}");
         assert!(pair[0].1 <= pair[1].1);
         if i > 0 {
             let previous = &events[2 * i - 1];
             assert!(previous.1 <= pair[0].1, "overlap: {log}");
-            assert!(previous.2 < pair[0].2, "tokens increase with each holder: {log}");
+            assert!(
+                previous.2 < pair[0].2,
+                "tokens increase with each holder: {log}"
+            );
         }
     }
     assert_eq!(common::info(&mut conn, &key), None, "released at the end");
@@ -101,17 +107,27 @@ fn the_child_gets_the_key_owner_exact_token_and_ttl() {
     let mut child = dlock(&server)
         .current_dir(&scratch.0)
         .args(["run", "env-key", "--ttl", "7s", "--"])
-        .args(sh("echo \"$DLOCK_KEY $DLOCK_OWNER $DLOCK_TOKEN $DLOCK_TTL_MS\" > env; \
-             while [ ! -e go ]; do sleep 0.01; done"))
+        .args(sh(
+            "echo \"$DLOCK_KEY $DLOCK_OWNER $DLOCK_TOKEN $DLOCK_TTL_MS\" > env; \
+             while [ ! -e go ]; do sleep 0.01; done",
+        ))
         .spawn()
         .expect("spawn");
     let line = scratch.wait_for_lines("env", 1);
     let fields: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(fields[0], "env-key");
     let owner = common::info_owner(&mut conn, "env-key").expect("held");
-    assert_eq!(fields[1].as_bytes(), owner.as_slice(), "DLOCK_OWNER is the holder");
+    assert_eq!(
+        fields[1].as_bytes(),
+        owner.as_slice(),
+        "DLOCK_OWNER is the holder"
+    );
     let token = common::info_int(&mut conn, "env-key", "token");
-    assert_eq!(fields[2], token.to_string(), "DLOCK_TOKEN is the exact token");
+    assert_eq!(
+        fields[2],
+        token.to_string(),
+        "DLOCK_TOKEN is the exact token"
+    );
     assert_eq!(fields[3], "7000");
     let pttl = common::info_int(&mut conn, "env-key", "pttl");
     assert!(pttl > 5000 && pttl <= 7000, "the lease is --ttl: {pttl}");
@@ -133,16 +149,28 @@ fn exit_codes_pass_through_and_a_signal_gives_128_plus_n() {
         );
         assert_eq!(code_of(&out), expected, "{}", stderr_of(&out));
     }
-    let out = output(dlock(&server).args(["run", "codes", "--"]).args(sh("kill -9 $$")));
+    let out = output(
+        dlock(&server)
+            .args(["run", "codes", "--"])
+            .args(sh("kill -9 $$")),
+    );
     assert_eq!(code_of(&out), 137, "SIGKILL: 128 + 9");
     // The command may also follow the key without `--`.
     let out = output(dlock(&server).args(["run", "codes", "sh", "-c", "exit 4"]));
     assert_eq!(code_of(&out), 4);
     let out = output(dlock(&server).args(["run", "codes", "--", "/nonexistent/program"]));
     assert_eq!(code_of(&out), 127);
-    assert!(stderr_of(&out).contains("command not found"), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("command not found"),
+        "{}",
+        stderr_of(&out)
+    );
     let mut conn = server.connect();
-    assert_eq!(common::info(&mut conn, "codes"), None, "released after every run");
+    assert_eq!(
+        common::info(&mut conn, "codes"),
+        None,
+        "released after every run"
+    );
 }
 
 #[test]
@@ -159,8 +187,15 @@ fn not_acquired_gives_75_at_once_with_no_wait_and_after_the_wait_otherwise() {
         fastest = fastest.min(started.elapsed());
         assert_eq!(code_of(&out), 75, "{}", stderr_of(&out));
     }
-    assert!(fastest < Duration::from_millis(200), "--no-wait took {fastest:?}");
-    assert_eq!(blocked_timeouts(&mut conn), blocked_before, "--no-wait never blocks");
+    assert!(
+        fastest < Duration::from_millis(200),
+        "--no-wait took {fastest:?}"
+    );
+    assert_eq!(
+        blocked_timeouts(&mut conn),
+        blocked_before,
+        "--no-wait never blocks"
+    );
 
     let started = Instant::now();
     let out = output(dlock(&server).args(["run", "busy", "--wait", "1s", "--", "true"]));
@@ -170,12 +205,28 @@ fn not_acquired_gives_75_at_once_with_no_wait_and_after_the_wait_otherwise() {
         waited >= Duration::from_millis(950) && waited < Duration::from_secs(3),
         "--wait 1s returned after {waited:?}"
     );
-    assert_eq!(blocked_timeouts(&mut conn), blocked_before + 1, "it waited in the queue");
+    assert_eq!(
+        blocked_timeouts(&mut conn),
+        blocked_before + 1,
+        "it waited in the queue"
+    );
 
-    let out = output(dlock(&server).args(["run", "busy", "--no-wait", "--conflict-exit-code", "9", "--", "true"]));
+    let out = output(dlock(&server).args([
+        "run",
+        "busy",
+        "--no-wait",
+        "--conflict-exit-code",
+        "9",
+        "--",
+        "true",
+    ]));
     assert_eq!(code_of(&out), 9);
     let out = output(dlock(&server).args(["run", "busy", "--no-wait", "-E", "0", "--", "false"]));
-    assert_eq!(code_of(&out), 0, "-E 0: a busy lock is no failure (and the command never ran)");
+    assert_eq!(
+        code_of(&out),
+        0,
+        "-E 0: a busy lock is no failure (and the command never ran)"
+    );
     assert_eq!(
         common::info_owner(&mut conn, "busy").as_deref(),
         Some(&b"someone-else"[..])
@@ -183,7 +234,10 @@ fn not_acquired_gives_75_at_once_with_no_wait_and_after_the_wait_otherwise() {
 }
 
 fn blocked_timeouts(conn: &mut common::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("dlock").query(conn).expect("INFO dlock");
+    let info: String = redis::cmd("INFO")
+        .arg("dlock")
+        .query(conn)
+        .expect("INFO dlock");
     info.lines()
         .find_map(|line| line.strip_prefix("dlock_block_timeouts:"))
         .and_then(|v| v.trim().parse().ok())
@@ -204,14 +258,18 @@ fn a_server_that_cannot_be_reached_or_refuses_gives_69() {
     );
     assert_eq!(code_of(&out), 69);
     let err = stderr_of(&out);
-    assert!(err.contains("cannot reach the server at redis://127.0.0.1:"), "{err}");
+    assert!(
+        err.contains("cannot reach the server at redis://127.0.0.1:"),
+        "{err}"
+    );
     assert!(err.contains("check --url, DLOCK_URL"), "{err}");
 
     let plain = Server::without_module(&[]);
     let out = output(dlock(&plain).args(["run", "k", "--", "true"]));
     assert_eq!(code_of(&out), 69);
     assert!(
-        stderr_of(&out).contains("has no DLOCK commands: load the module (loadmodule .../libdlock.so"),
+        stderr_of(&out)
+            .contains("has no DLOCK commands: load the module (loadmodule .../libdlock.so"),
         "{}",
         stderr_of(&out)
     );
@@ -219,22 +277,40 @@ fn a_server_that_cannot_be_reached_or_refuses_gives_69() {
 
 #[test]
 fn a_password_comes_from_rediscli_auth_or_the_url() {
-    let server = Server::with_args(&["--save", "", "--appendonly", "no", "--requirepass", "s3cret"]);
+    let server = Server::start();
+    let mut conn = server.connect();
+    cmd(&mut conn, &["CONFIG", "SET", "requirepass", "s3cret"]).expect("set a password");
     let out = output(dlock(&server).args(["run", "k", "--", "true"]));
     assert_eq!(code_of(&out), 69);
-    assert!(stderr_of(&out).contains("needs a password (NOAUTH)"), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("needs a password (NOAUTH)"),
+        "{}",
+        stderr_of(&out)
+    );
     assert!(stderr_of(&out).contains("REDISCLI_AUTH"));
-    let out = output(dlock(&server).env("REDISCLI_AUTH", "s3cret").args(["run", "k", "--", "true"]));
+    let out = output(
+        dlock(&server)
+            .env("REDISCLI_AUTH", "s3cret")
+            .args(["run", "k", "--", "true"]),
+    );
     assert_eq!(code_of(&out), 0, "{}", stderr_of(&out));
     let out = output(
         dlock(&server)
-            .env("DLOCK_URL", format!("redis://:wrong@127.0.0.1:{}/", server.port))
+            .env(
+                "DLOCK_URL",
+                format!("redis://:wrong@127.0.0.1:{}/", server.port),
+            )
             .args(["run", "k", "--", "true"]),
     );
     assert_eq!(code_of(&out), 69);
     let err = stderr_of(&out);
     assert!(err.contains("WRONGPASS"), "{err}");
-    assert!(!err.contains("wrong"), "the password is never printed: {err}");
+    assert!(
+        !err.contains("wrong"),
+        "the password is never printed: {err}"
+    );
+    // Leave the server as the harness found it (it stops it without auth).
+    cmd(&mut conn, &["CONFIG", "SET", "requirepass", ""]).expect("drop the password");
 }
 
 #[test]
@@ -246,22 +322,50 @@ fn usage_errors_give_64() {
         (&["run", "k", "--ttl", "30", "--", "true"], "no unit"),
         (&["run", "k", "--wait", "5x", "--", "true"], "unknown unit"),
         (&["run", "k", "--weight", "2", "--", "true"], "--limit"),
-        (&["run", "k", "--no-wait", "--wait", "1s", "--", "true"], "cannot be used with"),
-        (&["run", "k", "--kill-signal", "NOPE", "--", "true"], "not a signal"),
+        (
+            &["run", "k", "--no-wait", "--wait", "1s", "--", "true"],
+            "cannot be used with",
+        ),
+        (
+            &["run", "k", "--kill-signal", "NOPE", "--", "true"],
+            "not a signal",
+        ),
         (&["run", "k", "--ttl", "0", "--", "true"], "at least 1ms"),
         (&["bogus"], "unrecognized subcommand"),
-        (&["--sentinel", "redis://127.0.0.1:1/", "run", "k", "--", "true"], "--master"),
+        (
+            &[
+                "--sentinel",
+                "redis://127.0.0.1:1/",
+                "run",
+                "k",
+                "--",
+                "true",
+            ],
+            "--master",
+        ),
         (&["latch", "l", "init", "0"], "0"),
     ];
     for (args, says) in cases {
         let out = output(dlock(&server).args(*args));
         assert_eq!(code_of(&out), 64, "{args:?}: {}", stderr_of(&out));
-        assert!(stderr_of(&out).contains(says), "{args:?} should say {says:?}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains(says),
+            "{args:?} should say {says:?}: {}",
+            stderr_of(&out)
+        );
     }
     let out = output(dlock(&server).args(["run", "--help"]));
     assert_eq!(code_of(&out), 0);
     let help = stdout_of(&out);
-    for needle in ["Examples:", "Exit codes:", "75", "76", "69", "64", "DLOCK_TOKEN"] {
+    for needle in [
+        "Examples:",
+        "Exit codes:",
+        "75",
+        "76",
+        "69",
+        "64",
+        "DLOCK_TOKEN",
+    ] {
         assert!(help.contains(needle), "run --help lacks {needle}");
     }
 }
@@ -311,7 +415,17 @@ fn a_child_that_ignores_the_kill_signal_gets_sigkill_after_kill_after() {
     let scratch = Scratch::new();
     let child = dlock(&server)
         .current_dir(&scratch.0)
-        .args(["run", "stubborn", "--ttl", "600ms", "--kill-signal", "USR1", "--kill-after", "400ms", "--"])
+        .args([
+            "run",
+            "stubborn",
+            "--ttl",
+            "600ms",
+            "--kill-signal",
+            "USR1",
+            "--kill-after",
+            "400ms",
+            "--",
+        ])
         .args(sh("trap 'echo \"usr1 $(date +%s%N)\" >> log' USR1; \
                   echo \"pid $$\" >> log; while :; do sleep 0.02; done"))
         .stdout(Stdio::null())
@@ -319,7 +433,12 @@ fn a_child_that_ignores_the_kill_signal_gets_sigkill_after_kill_after() {
         .spawn()
         .expect("spawn");
     let log = scratch.wait_for_lines("log", 1);
-    let pid: i32 = log.trim().strip_prefix("pid ").expect("pid line").parse().expect("pid");
+    let pid: i32 = log
+        .trim()
+        .strip_prefix("pid ")
+        .expect("pid line")
+        .parse()
+        .expect("pid");
     cmd(&mut conn, &["DEL", "stubborn"]).expect("DEL");
     let out = wait_output(child, Duration::from_secs(20));
     let exited_at = now_ns();
@@ -332,8 +451,15 @@ fn a_child_that_ignores_the_kill_signal_gets_sigkill_after_kill_after() {
         .parse()
         .expect("time");
     let grace = Duration::from_nanos((exited_at - signalled_at) as u64);
-    assert!(grace >= Duration::from_millis(380), "SIGKILL came only {grace:?} after USR1");
-    assert!(stderr_of(&out).contains("sending SIGKILL"), "{}", stderr_of(&out));
+    assert!(
+        grace >= Duration::from_millis(380),
+        "SIGKILL came only {grace:?} after USR1"
+    );
+    assert!(
+        stderr_of(&out).contains("sending SIGKILL"),
+        "{}",
+        stderr_of(&out)
+    );
     assert!(!alive(pid), "the child is gone (killed and reaped)");
 }
 
@@ -345,8 +471,10 @@ fn sigterm_to_dlock_reaches_the_child_and_the_lock_is_released_after_it_exits() 
     let mut child = dlock(&server)
         .current_dir(&scratch.0)
         .args(["run", "forward", "--"])
-        .args(sh("trap 'echo \"term $DLOCK_TOKEN\" >> log; sleep 0.2; echo done >> log; exit 5' TERM; \
-                  echo started >> log; while :; do sleep 0.02; done"))
+        .args(sh(
+            "trap 'echo \"term $DLOCK_TOKEN\" >> log; sleep 0.2; echo done >> log; exit 5' TERM; \
+                  echo started >> log; while :; do sleep 0.02; done",
+        ))
         .spawn()
         .expect("spawn");
     scratch.wait_for_lines("log", 1);
@@ -355,8 +483,15 @@ fn sigterm_to_dlock_reaches_the_child_and_the_lock_is_released_after_it_exits() 
     assert_eq!(status.code(), Some(5), "dlock exits with the child's code");
     let log = scratch.read("log");
     assert!(log.contains("term "), "the child got SIGTERM: {log}");
-    assert!(log.contains("done"), "dlock waited for the child to finish: {log}");
-    assert_eq!(common::info(&mut conn, "forward"), None, "DLOCK.INFO shows no hold");
+    assert!(
+        log.contains("done"),
+        "dlock waited for the child to finish: {log}"
+    );
+    assert_eq!(
+        common::info(&mut conn, "forward"),
+        None,
+        "DLOCK.INFO shows no hold"
+    );
 }
 
 #[test]
@@ -371,19 +506,36 @@ fn kill_9_of_dlock_kills_the_child_and_the_lease_ends_within_the_ttl() {
         .spawn()
         .expect("spawn");
     let log = scratch.wait_for_lines("log", 1);
-    let pid: i32 = log.trim().strip_prefix("pid ").expect("pid").parse().expect("pid");
+    let pid: i32 = log
+        .trim()
+        .strip_prefix("pid ")
+        .expect("pid")
+        .parse()
+        .expect("pid");
     assert!(common::info_owner(&mut conn, "orphan").is_some());
     let killed = Instant::now();
     child.kill().expect("SIGKILL dlock");
     child.wait().expect("reap dlock");
-    eventually("the child to die with dlock", Duration::from_secs(5), || !alive(pid));
-    eventually("the lease to end", Duration::from_secs(5), || {
-        common::info(&mut conn, "orphan").is_none()
-    });
+    // Both watched in one loop: when the child died, when the lease ended.
+    let (mut child_gone, mut lease_gone) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child_gone.is_none() || lease_gone.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "child gone {child_gone:?}, lease gone {lease_gone:?}"
+        );
+        if child_gone.is_none() && !alive(pid) {
+            child_gone = Some(killed.elapsed());
+        }
+        if lease_gone.is_none() && common::info(&mut conn, "orphan").is_none() {
+            lease_gone = Some(killed.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let lease_gone = lease_gone.expect("measured");
     assert!(
-        killed.elapsed() <= Duration::from_millis(1000 + 500),
-        "the lease ended {:?} after the kill (ttl 1 s)",
-        killed.elapsed()
+        lease_gone <= Duration::from_millis(1000 + 200),
+        "the lease ended {lease_gone:?} after the kill (ttl 1 s)"
     );
 }
 
@@ -405,7 +557,11 @@ fn shared_holds_and_semaphore_permits() {
         );
     }
     scratch.wait_for_lines("log", 2);
-    assert_eq!(common::info_int(&mut conn, "rw", "shared"), 2, "two readers at once");
+    assert_eq!(
+        common::info_int(&mut conn, "rw", "shared"),
+        2,
+        "two readers at once"
+    );
     let out = output(dlock(&server).args(["run", "rw", "--no-wait", "--", "true"]));
     assert_eq!(code_of(&out), 75, "a writer waits for the readers");
     std::fs::write(scratch.path("go"), "").expect("go");
@@ -417,13 +573,26 @@ fn shared_holds_and_semaphore_permits() {
     let mut heavy = dlock(&server)
         .current_dir(&scratch.0)
         .args(["run", "pool", "--limit", "3", "--weight", "2", "--"])
-        .args(sh("echo heavy >> log2; while [ ! -e go ]; do sleep 0.01; done"))
+        .args(sh(
+            "echo heavy >> log2; while [ ! -e go ]; do sleep 0.01; done",
+        ))
         .spawn()
         .expect("spawn");
     scratch.wait_for_lines("log2", 1);
-    let out = output(dlock(&server).args(["run", "pool", "--limit", "3", "--weight", "2", "--no-wait", "--", "true"]));
+    let out = output(dlock(&server).args([
+        "run",
+        "pool",
+        "--limit",
+        "3",
+        "--weight",
+        "2",
+        "--no-wait",
+        "--",
+        "true",
+    ]));
     assert_eq!(code_of(&out), 75, "2 + 2 > 3");
-    let out = output(dlock(&server).args(["run", "pool", "--limit", "3", "--no-wait", "--", "true"]));
+    let out =
+        output(dlock(&server).args(["run", "pool", "--limit", "3", "--no-wait", "--", "true"]));
     assert_eq!(code_of(&out), 0, "2 + 1 <= 3");
     std::fs::write(scratch.path("go"), "").expect("go");
     assert_eq!(wait_status(&mut heavy, PATIENCE_CHILD).code(), Some(0));
@@ -434,11 +603,6 @@ fn elect_runs_the_second_candidates_command_only_after_the_first_leader_dies() {
     let server = Server::start();
     let mut conn = server.connect();
     let scratch = Scratch::new();
-    let observer = dlock(&server)
-        .args(["observe", "leader", "--count", "3"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn observe");
     let candidate = |value: &str| {
         dlock(&server)
             .current_dir(&scratch.0)
@@ -450,34 +614,73 @@ fn elect_runs_the_second_candidates_command_only_after_the_first_leader_dies() {
     let mut first = candidate("host-a");
     let log = scratch.wait_for_lines("log", 1);
     assert!(log.starts_with("host-a#"), "{log}");
+    // The observer's first line is the leader now.
+    let mut observer = dlock(&server)
+        .args(["observe", "leader"])
+        .stdout(std::fs::File::create(scratch.path("observed")).expect("observed"))
+        .spawn()
+        .expect("spawn observe");
+    scratch.wait_for_lines("observed", 1);
     let mut second = candidate("host-b");
-    eventually("the second candidate to queue", Duration::from_secs(10), || {
-        common::info_int(&mut conn, "leader", "waiting") == 1
-    });
-    assert_eq!(scratch.read("log").lines().count(), 1, "one leader at a time");
+    eventually(
+        "the second candidate to queue",
+        Duration::from_secs(10),
+        || common::info_int(&mut conn, "leader", "waiting") == 1,
+    );
+    assert_eq!(
+        scratch.read("log").lines().count(),
+        1,
+        "one leader at a time"
+    );
     let killed_at = now_ns();
     first.kill().expect("SIGKILL the first leader's dlock");
     first.wait().expect("reap");
     let log = scratch.wait_for_lines("log", 2);
-    let lines: Vec<Vec<&str>> = log.lines().map(|l| l.split_whitespace().collect()).collect();
+    let lines: Vec<Vec<&str>> = log
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert!(lines[1][0].starts_with("host-b#"), "{log}");
     let started_at: u128 = lines[1][2].parse().expect("time");
     assert!(started_at > killed_at, "the second started after the kill");
     let after = Duration::from_nanos((started_at - killed_at) as u64);
-    assert!(after <= Duration::from_millis(1000 + 500), "took over {after:?} after the kill (ttl 1 s)");
+    assert!(
+        after <= Duration::from_millis(1000 + 500),
+        "took over {after:?} after the kill (ttl 1 s)"
+    );
     let term_a: u64 = lines[0][1].parse().expect("term");
     let term_b: u64 = lines[1][1].parse().expect("term");
     assert!(term_b > term_a);
-    // The observer: who led at first, then every change, in order.
+    // The observer: who led at first, then every change, in order (the
+    // key may be free for a moment between the two terms: "none").
     second.kill().expect("kill the second");
     second.wait().expect("reap");
-    let out = wait_output(observer, Duration::from_secs(20));
-    let seen = stdout_of(&out);
+    eventually(
+        "the observer to see the end of the second term",
+        Duration::from_secs(10),
+        || {
+            let seen = scratch.read("observed");
+            seen.contains("host-b ") && seen.ends_with("none\n")
+        },
+    );
+    observer.kill().expect("stop the observer");
+    observer.wait().expect("reap");
+    let seen = scratch.read("observed");
     let seen: Vec<&str> = seen.lines().collect();
-    assert_eq!(seen.len(), 3, "{seen:?}");
-    assert_eq!(seen[0], format!("host-a {term_a}"));
-    assert_eq!(seen[1], format!("host-b {term_b}"));
-    assert_eq!(seen[2], "none");
+    let leaders: Vec<&&str> = seen.iter().filter(|l| **l != "none").collect();
+    assert_eq!(
+        leaders,
+        [
+            &format!("host-a {term_a}").as_str(),
+            &format!("host-b {term_b}").as_str()
+        ],
+        "{seen:?}"
+    );
+    assert_eq!(seen[0], format!("host-a {term_a}"), "{seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0] != w[1]),
+        "one line per change: {seen:?}"
+    );
 }
 
 #[test]
@@ -531,13 +734,20 @@ fn observe_prints_json_and_none() {
 /// Locks with known holders and waiters, a latch and a string.
 fn known_locks(conn: &mut common::Connection) -> (i64, i64, i64) {
     let (orders, _, _) = common::acquire(conn, "orders:42", "worker-a", 60_000).expect("granted");
-    assert_eq!(cmd(conn, &["DLOCK.FAIR", "orders:42", "worker-b", "60000"]).expect("FAIR"), Value::Nil);
-    let r1 = common::grant(cmd(conn, &["DLOCK.ACQUIRE", "catalog", "r1", "60000", "SHARED"]).expect("r1"))
-        .expect("granted")
-        .0;
-    let r2 = common::grant(cmd(conn, &["DLOCK.ACQUIRE", "catalog", "r2", "60000", "SHARED"]).expect("r2"))
-        .expect("granted")
-        .0;
+    assert_eq!(
+        cmd(conn, &["DLOCK.FAIR", "orders:42", "worker-b", "60000"]).expect("FAIR"),
+        Value::Nil
+    );
+    let r1 = common::grant(
+        cmd(conn, &["DLOCK.ACQUIRE", "catalog", "r1", "60000", "SHARED"]).expect("r1"),
+    )
+    .expect("granted")
+    .0;
+    let r2 = common::grant(
+        cmd(conn, &["DLOCK.ACQUIRE", "catalog", "r2", "60000", "SHARED"]).expect("r2"),
+    )
+    .expect("granted")
+    .0;
     cmd(conn, &["DLOCK.LATCH", "batch:7", "3", "60000"]).expect("LATCH");
     cmd(conn, &["SET", "plain", "x"]).expect("SET");
     (orders, r1, r2)
@@ -562,7 +772,12 @@ fn masked(text: &str, column: usize, check: impl Fn(&str)) -> String {
             }
             check(word);
             let at = nth_word_start(line, column);
-            format!("{}{}{}", &line[..at], "#".repeat(word.len()), &line[at + word.len()..])
+            format!(
+                "{}{}{}",
+                &line[..at],
+                "#".repeat(word.len()),
+                &line[at + word.len()..]
+            )
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -586,7 +801,9 @@ fn nth_word_start(line: &str, n: usize) -> usize {
 }
 
 fn lease_ms(word: &str) {
-    let ms: i64 = word.parse().unwrap_or_else(|_| panic!("not a lease: {word}"));
+    let ms: i64 = word
+        .parse()
+        .unwrap_or_else(|_| panic!("not a lease: {word}"));
     assert!((50_000..=60_000).contains(&ms), "lease left {ms}");
 }
 
@@ -608,7 +825,12 @@ fn list_and_info_print_the_known_locks_exactly() {
         "{text}"
     );
     let out = output(dlock(&server).args(["list", "orders:*"]));
-    assert_eq!(stdout_of(&out).lines().count(), 2, "a pattern: {}", stdout_of(&out));
+    assert_eq!(
+        stdout_of(&out).lines().count(),
+        2,
+        "a pattern: {}",
+        stdout_of(&out)
+    );
 
     let out = output(dlock(&server).args(["list", "--json"]));
     let list: serde_json::Value = serde_json::from_str(&stdout_of(&out)).expect("JSON");
@@ -670,7 +892,11 @@ fn list_and_info_print_the_known_locks_exactly() {
     assert_eq!(info["holders"][0]["token"].as_i64(), Some(r1));
     assert_eq!(info["holders"][1]["token"].as_i64(), Some(r2));
     let out = output(dlock(&server).args(["info", "batch:7"]));
-    assert!(stdout_of(&out).starts_with("key      batch:7\ntype     latch\ncount    3\n"), "{}", stdout_of(&out));
+    assert!(
+        stdout_of(&out).starts_with("key      batch:7\ntype     latch\ncount    3\n"),
+        "{}",
+        stdout_of(&out)
+    );
     let out = output(dlock(&server).args(["info", "missing", "--json"]));
     assert_eq!(stdout_of(&out), "null\n");
     let out = output(dlock(&server).args(["info", "plain"]));
@@ -727,8 +953,13 @@ fn top_in_a_terminal_shows_the_hottest_lock_first() {
     let mut screen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut buffer = [0u8; 4096];
-    while screen.windows(3).filter(|w| w == b"\x1b[H").count() < 2 {
-        assert!(Instant::now() < deadline, "top drew nothing: {:?}", String::from_utf8_lossy(&screen));
+    // Each frame starts with ESC[H and ends with ESC[J.
+    while screen.windows(3).filter(|w| w == b"\x1b[J").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "top drew nothing: {:?}",
+            String::from_utf8_lossy(&screen)
+        );
         match master.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(n) => screen.extend_from_slice(&buffer[..n]),
@@ -737,15 +968,26 @@ fn top_in_a_terminal_shows_the_hottest_lock_first() {
     send_signal(child.id(), libc::SIGINT);
     assert_eq!(wait_status(&mut child, PATIENCE_CHILD).code(), Some(0));
     let text = String::from_utf8_lossy(&screen).into_owned();
-    assert!(text.starts_with("\x1b[?1049h"), "the alternate screen: {text:?}");
+    assert!(
+        text.starts_with("\x1b[?1049h"),
+        "the alternate screen: {text:?}"
+    );
     let last = text.rsplit("\x1b[H").next().expect("a frame");
     let rows: Vec<String> = last
-        .split("\r\n")
-        .map(|line| line.replace("\x1b[K", "").replace("\x1b[J", ""))
+        .split('\n')
+        .map(|line| {
+            line.replace("\x1b[K", "")
+                .replace("\x1b[J", "")
+                .trim_end_matches('\r')
+                .to_string()
+        })
         .collect();
     assert!(rows[0].contains("grants/s 0.0"), "{rows:?}");
     assert!(rows[2].starts_with("KEY "), "{rows:?}");
-    assert!(rows[3].starts_with("orders:42 "), "the hottest lock first: {rows:?}");
+    assert!(
+        rows[3].starts_with("orders:42 "),
+        "the hottest lock first: {rows:?}"
+    );
     assert!(rows[4].starts_with("catalog "), "{rows:?}");
 }
 
@@ -764,11 +1006,22 @@ fn open_pty(rows: u16, cols: u16) -> (std::fs::File, std::fs::File) {
     // SAFETY: openpty writes two descriptors into the integers we pass; the
     // name pointer may be null; the termios and winsize are read only.
     let result = unsafe {
-        libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size)
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &size,
+        )
     };
     assert_eq!(result, 0, "openpty");
     // SAFETY: both descriptors are new and owned by nothing else.
-    unsafe { (std::fs::File::from_raw_fd(master), std::fs::File::from_raw_fd(slave)) }
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    }
 }
 
 #[test]
@@ -797,7 +1050,11 @@ fn a_latch_for_scripts() {
     });
     let out = output(dlock(&server).args(["latch", "gate", "count-down", "1"]));
     assert_eq!(stdout_of(&out), "0\n");
-    assert_eq!(wait_output(waiter, Duration::from_secs(10)).status.code(), Some(0), "opened");
+    assert_eq!(
+        wait_output(waiter, Duration::from_secs(10)).status.code(),
+        Some(0),
+        "opened"
+    );
     // A latch that ends without opening: 76.
     output(dlock(&server).args(["latch", "short", "init", "1", "--ttl", "300ms"]));
     let out = output(dlock(&server).args(["latch", "short", "wait", "--wait", "10s"]));
@@ -811,7 +1068,15 @@ fn completions_for_bash_zsh_and_fish() {
         let out = output(Command::new(DLOCK).args(["completions", shell]));
         assert_eq!(code_of(&out), 0);
         let script = stdout_of(&out);
-        for word in ["dlock", "run", "elect", "observe", "latch", "--no-wait", "--kill-after"] {
+        for word in [
+            "dlock",
+            "run",
+            "elect",
+            "observe",
+            "latch",
+            "no-wait",
+            "kill-after",
+        ] {
             assert!(script.contains(word), "{shell} completions lack {word}");
         }
     }

@@ -131,13 +131,21 @@ fn with_stubs(scratch: &Scratch, text: &str) -> String {
         }
     }
     for (word, name, absolute) in names {
-        let path = if absolute { bin.join(&name) } else { scratch.path(&name) };
+        let path = if absolute {
+            bin.join(&name)
+        } else {
+            scratch.path(&name)
+        };
         let stub = format!(
             "#!/bin/sh\necho \"{name} $*\" >> \"$STUB_LOG\"\necho \"{name} ran\"\n\
              if [ -n \"$STUB_SLEEP\" ]; then exec sleep \"$STUB_SLEEP\"; fi\n"
         );
         std::fs::write(&path, stub).expect("write a stub");
-        let status = Command::new("chmod").arg("+x").arg(&path).status().expect("chmod");
+        let status = Command::new("chmod")
+            .arg("+x")
+            .arg(&path)
+            .status()
+            .expect("chmod");
         assert!(status.success());
         if absolute {
             rewritten = rewritten.replace(&word, &path.to_string_lossy());
@@ -176,7 +184,10 @@ fn matches(expected: &str, actual: &str) -> bool {
     };
     let (expected, actual) = (squash(expected), squash(actual));
     expected.len() == actual.len()
-        && expected.iter().zip(&actual).all(|(e, a)| line_matches(e, a))
+        && expected
+            .iter()
+            .zip(&actual)
+            .all(|(e, a)| line_matches(e, a))
 }
 
 fn line_matches(expected: &str, actual: &str) -> bool {
@@ -273,7 +284,12 @@ fn run_block(block: &Block) -> Result<(), String> {
                 assert_eq!(fields.len(), 6, "a crontab line: {line}");
                 let out = output(shell(&server, &scratch).args(["-c", fields[5]]));
                 if !out.status.success() {
-                    return Err(format!("'{}' exited {:?}: {}", fields[5], out.status, stderr_of(&out)));
+                    return Err(format!(
+                        "'{}' exited {:?}: {}",
+                        fields[5],
+                        out.status,
+                        stderr_of(&out)
+                    ));
                 }
                 ran += 1;
             }
@@ -291,7 +307,11 @@ fn run_block(block: &Block) -> Result<(), String> {
             let accepted: Vec<i32> = text
                 .lines()
                 .filter_map(|l| l.strip_prefix("SuccessExitStatus="))
-                .flat_map(|codes| codes.split_whitespace().map(|c| c.parse().expect("a status")))
+                .flat_map(|codes| {
+                    codes
+                        .split_whitespace()
+                        .map(|c| c.parse().expect("a status"))
+                })
                 .chain([0])
                 .collect();
             let mut child = shell(&server, &scratch)
@@ -321,7 +341,11 @@ fn run_block(block: &Block) -> Result<(), String> {
 }
 
 fn check(blocks: Vec<Block>, at_least: usize) {
-    assert!(blocks.len() >= at_least, "found only {} blocks", blocks.len());
+    assert!(
+        blocks.len() >= at_least,
+        "found only {} blocks",
+        blocks.len()
+    );
     // The blocks run in parallel: each has its own server.
     let failures: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = blocks
@@ -351,7 +375,11 @@ fn every_shell_example_of_docs_cli_md_runs() {
 fn every_example_of_the_readme_from_the_shell_section_runs() {
     let found = blocks("README.md", Some("## From the shell"));
     let kinds: Vec<&str> = found.iter().map(|b| b.lang.as_str()).collect();
-    assert_eq!(kinds, ["crontab", "sh", "ini"], "a cron job, a deploy step, a systemd unit");
+    assert_eq!(
+        kinds,
+        ["crontab", "sh", "ini"],
+        "a cron job, a deploy step, a systemd unit"
+    );
     check(found, 3);
 }
 

@@ -136,10 +136,19 @@ pub fn code_of(out: &Output) -> i32 {
         .unwrap_or_else(|| panic!("dlock died of a signal: {:?}", out.status))
 }
 
-/// Whether a process exists (zombies included).
+/// Whether a process runs (a zombie, dead but not reaped yet, does not).
 pub fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
+    let exists = unsafe { libc::kill(pid, 0) == 0 };
+    // The state is the field after the parenthesised command name.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false);
+    exists && !zombie
 }
 
 pub fn send_signal(pid: u32, signal: i32) {
