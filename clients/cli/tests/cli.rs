@@ -1087,3 +1087,102 @@ fn completions_for_bash_zsh_and_fish() {
         .expect("bash -n");
     assert!(check.success(), "the bash script parses");
 }
+
+/// Three masters, slots split evenly (`redis-cli --cluster create`).
+fn start_cluster() -> Vec<Server> {
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| {
+            let bus = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a bus port")
+                .port()
+                .to_string();
+            Server::with_args(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-port",
+                &bus,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+        })
+        .collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stdout)
+    );
+    for node in &nodes {
+        let mut conn = node.connect();
+        eventually("the cluster to be ok", Duration::from_secs(20), || {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut conn)
+                .unwrap_or_default();
+            info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+        });
+    }
+    nodes
+}
+
+#[test]
+fn in_a_cluster_run_follows_each_key_and_list_scans_every_master() {
+    let nodes = start_cluster();
+    let seeds: Vec<String> = nodes
+        .iter()
+        .take(2)
+        .flat_map(|n| ["--cluster".to_string(), url_of(n)])
+        .collect();
+    // "a", "b" and "c" hash to slots 15495, 3300 and 7365: one per master.
+    // dlock run a -- dlock run b -- dlock run c -- dlock list
+    let mut args: Vec<String> = Vec::new();
+    for key in ["a", "b", "c"] {
+        args.extend(seeds.iter().cloned());
+        args.extend([
+            "run".to_string(),
+            key.to_string(),
+            "--".to_string(),
+            DLOCK.to_string(),
+        ]);
+    }
+    args.extend(seeds.iter().cloned());
+    args.push("list".to_string());
+    let mut command = Command::new(DLOCK);
+    command
+        .env_remove("DLOCK_URL")
+        .env_remove("REDISCLI_AUTH")
+        .args(args);
+    let out = output(&mut command);
+    assert_eq!(code_of(&out), 0, "{}", stderr_of(&out));
+    let listed: Vec<String> = stdout_of(&out)
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(listed, ["a", "b", "c"], "{}", stdout_of(&out));
+    // Each key was held on its own master.
+    let mut holders = 0;
+    for node in &nodes {
+        let mut conn = node.connect();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).expect("KEYS");
+        assert!(keys.is_empty(), "released everywhere: {keys:?}");
+        let info: String = redis::cmd("INFO")
+            .arg("dlock")
+            .query(&mut conn)
+            .expect("INFO");
+        if info.contains("dlock_acquires:1") {
+            holders += 1;
+        }
+    }
+    assert_eq!(holders, 3, "one lock on each master");
+}
