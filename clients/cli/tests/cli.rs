@@ -1186,3 +1186,117 @@ fn in_a_cluster_run_follows_each_key_and_list_scans_every_master() {
     }
     assert_eq!(holders, 3, "one lock on each master");
 }
+
+/// A Sentinel process watching `master` as "mymaster", stopped on drop.
+struct Sentinel {
+    child: std::process::Child,
+    port: u16,
+    _scratch: Scratch,
+}
+
+impl Sentinel {
+    fn start(master: &Server) -> Sentinel {
+        let scratch = Scratch::new();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let conf = scratch.path("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor mymaster 127.0.0.1 {} 1\n",
+                scratch.0.display(),
+                master.port
+            ),
+        )
+        .expect("sentinel.conf");
+        let child = Command::new(common::server_binary())
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start a Sentinel");
+        let sentinel = Sentinel {
+            child,
+            port,
+            _scratch: scratch,
+        };
+        eventually(
+            "the Sentinel to know the master",
+            Duration::from_secs(20),
+            || {
+                redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                    .and_then(|c| c.get_connection())
+                    .and_then(|mut c| {
+                        redis::cmd("SENTINEL")
+                            .arg("GET-MASTER-ADDR-BY-NAME")
+                            .arg("mymaster")
+                            .query::<Option<(String, u16)>>(&mut c)
+                    })
+                    .is_ok_and(|addr| addr.is_some())
+            },
+        );
+        sentinel
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn with_sentinel_the_lock_goes_to_the_master_it_names() {
+    let master = Server::start();
+    let sentinel = Sentinel::start(&master);
+    let sentinel_url = format!("redis://127.0.0.1:{}/", sentinel.port);
+    let out = output(
+        Command::new(DLOCK)
+            .env_remove("DLOCK_URL")
+            .args([
+                "--sentinel",
+                &sentinel_url,
+                "--master",
+                "mymaster",
+                "run",
+                "via-sentinel",
+                "--",
+            ])
+            .args(sh("echo \"$DLOCK_KEY $DLOCK_TOKEN\"")),
+    );
+    assert_eq!(code_of(&out), 0, "{}", stderr_of(&out));
+    assert!(
+        stdout_of(&out).starts_with("via-sentinel "),
+        "{}",
+        stdout_of(&out)
+    );
+    let mut conn = master.connect();
+    let info: String = redis::cmd("INFO")
+        .arg("dlock")
+        .query(&mut conn)
+        .expect("INFO");
+    assert!(
+        info.contains("dlock_acquires:1"),
+        "the master granted it: {info}"
+    );
+    let out = output(Command::new(DLOCK).env_remove("DLOCK_URL").args([
+        "--sentinel",
+        &sentinel_url,
+        "--master",
+        "nosuch",
+        "run",
+        "k",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code_of(&out), 69);
+    assert!(
+        stderr_of(&out).contains("knows no master named 'nosuch'"),
+        "{}",
+        stderr_of(&out)
+    );
+}
