@@ -264,6 +264,16 @@ fn a_server_that_cannot_be_reached_or_refuses_gives_69() {
     );
     assert!(err.contains("check --url, DLOCK_URL"), "{err}");
 
+    // rediss:// goes to the client as it is: without TLS in this build it
+    // says so, with it the TLS connection fails; either way before the
+    // command starts.
+    let out = output(
+        Command::new(DLOCK)
+            .env("DLOCK_URL", format!("rediss://127.0.0.1:{port}/"))
+            .args(["run", "k", "--", "true"]),
+    );
+    assert_eq!(code_of(&out), 69, "{}", stderr_of(&out));
+
     let plain = Server::without_module(&[]);
     let out = output(dlock(&plain).args(["run", "k", "--", "true"]));
     assert_eq!(code_of(&out), 69);
