@@ -14,6 +14,7 @@ deps:
 
 build: deps
 	cargo build --release
+	cargo build --release -p dlock-cli
 
 # Starts redis-server in the foreground with the module loaded, in
 # target/run/$(PORT)/ with its own copy of redis.conf (scripts/run.sh).
@@ -93,6 +94,17 @@ bench: build
 		$(if $(filter-out 0 false no,$(BASELINE)),DLOCK_MODULE_B="$$(./scripts/baseline-module.sh)",) \
 		./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
 	cargo bench -p dlock-client --bench client$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
+	@$(MAKE) --no-print-directory cli-bench
+
+# The dlock command (clients/cli) against `etcdctl lock`/`elect` on an
+# etcd-server it starts on loopback, and flock(1), interleaved
+# (clients/cli/benches/cli.rs): rewrites docs/benchmarks-cli.md (~1
+# minute); QUICK=1 (< 20 s) writes its report to a temporary file.
+.PHONY: cli-bench
+cli-bench: build
+	@command -v etcd >/dev/null && command -v etcdctl >/dev/null && command -v flock >/dev/null \
+		|| ./scripts/ensure-deps.sh etcd etcdctl flock
+	cargo bench -p dlock-cli --bench cli$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
 
 # The concurrency checker of tests/stress.rs, longer and wider (minutes).
 stress: build

@@ -8,9 +8,16 @@
 set -eu
 
 missing=""
-# Extra packages a target asks for (e.g. `ensure-deps.sh valgrind`).
+# Extra packages a target asks for (e.g. `ensure-deps.sh valgrind`), by
+# command name; the commands whose package has another name map to it.
 for extra in "$@"; do
-    command -v "$extra" >/dev/null 2>&1 || missing="$missing $extra"
+    case "$extra" in
+        etcd) package=etcd-server ;;
+        etcdctl) package=etcd-client ;;
+        flock) package=util-linux ;;
+        *) package="$extra" ;;
+    esac
+    command -v "$extra" >/dev/null 2>&1 || missing="$missing $package"
 done
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
