@@ -153,8 +153,22 @@ func CheckFIFO(h *History) (violations []string, checked int) {
 // CheckLeftovers: after a cancelled wait, its owner is neither queued nor
 // holding (unless the grant won the race, which the workload records as a
 // grant and does not check here).
+//
+// Only waits cancelled while the server was up and reachable count: a
+// wait cancelled while the server is paused or down cannot be unblocked,
+// and a grant made when the server comes back, to a connection the client
+// has given up, stays until its lease ends (the client cannot release a
+// hold it was never told of when it chose the owner itself).
 func CheckLeftovers(h *History) (violations []string, checked int) {
+	windows := faultWindows(h)
 	for _, l := range h.Leftovers {
+		disturbed := false
+		for _, w := range windows {
+			disturbed = disturbed || (w[0] <= l.At && w[1] >= l.Call)
+		}
+		if disturbed {
+			continue
+		}
 		checked++
 		if l.Queued || l.Holds {
 			violations = append(violations, fmt.Sprintf("cancelled wait of %s on %s left %s behind (checked at %.3fs)",
@@ -162,4 +176,28 @@ func CheckLeftovers(h *History) (violations []string, checked int) {
 		}
 	}
 	return violations, checked
+}
+
+// faultWindows pairs the fault events into [from, to] windows (a CLIENT
+// KILL is an instant).
+func faultWindows(h *History) [][2]int64 {
+	var out [][2]int64
+	open := int64(-1)
+	for _, e := range h.Events {
+		switch e.What {
+		case "kill -9", "SIGSTOP":
+			open = e.At
+		case "restarted", "SIGCONT":
+			if open >= 0 {
+				out = append(out, [2]int64{open, e.At})
+			}
+			open = -1
+		case "CLIENT KILL TYPE normal":
+			out = append(out, [2]int64{e.At, e.At})
+		}
+	}
+	if open >= 0 {
+		out = append(out, [2]int64{open, Infinite})
+	}
+	return out
 }

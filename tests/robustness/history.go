@@ -135,6 +135,7 @@ type Event struct {
 type Leftover struct {
 	Key    string `json:"key"`
 	Owner  string `json:"owner"`
+	Call   int64  `json:"call"` // the wait's call
 	At     int64  `json:"at"`
 	Queued bool   `json:"queued"`
 	Holds  bool   `json:"holds"`
@@ -193,6 +194,13 @@ func (r *Recorder) End(i int, out Output) {
 	if out.Status == Unknown || out.Status == MaybeGranted {
 		op.In.Ret = Infinite
 	}
+}
+
+// CallOf returns operation i's call time.
+func (r *Recorder) CallOf(i int) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.h.Ops[i].In.Call
 }
 
 // Snapshot records a queue reading.

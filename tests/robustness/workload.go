@@ -191,14 +191,14 @@ func (w *worker) acquire(ctx context.Context, h *holdSpec, reentry bool) Output 
 	}
 	w.rec.End(i, out)
 	if out.Status == MaybeGranted && h.cancelAfter > 0 && errors.Is(err, context.Canceled) {
-		w.checkLeftover(h)
+		w.checkLeftover(h, w.rec.CallOf(i))
 	}
 	return out
 }
 
 // checkLeftover reads DLOCK.INFO right after a cancelled wait: the owner
 // must be neither queued nor holding.
-func (w *worker) checkLeftover(h *holdSpec) {
+func (w *worker) checkLeftover(h *holdSpec, call int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	v, err := w.rdb.Do(ctx, "DLOCK.INFO", h.key).Result()
@@ -206,7 +206,7 @@ func (w *worker) checkLeftover(h *holdSpec) {
 		return // server unavailable: no check
 	}
 	queue, holders := parseInfo(v)
-	l := Leftover{Key: h.key, Owner: h.owner, At: w.rec.Now()}
+	l := Leftover{Key: h.key, Owner: h.owner, Call: call, At: w.rec.Now()}
 	for _, o := range queue {
 		l.Queued = l.Queued || o == h.owner
 	}
