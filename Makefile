@@ -123,6 +123,7 @@ clean:
 # client (clients/rust) is a workspace member: its suites run in `test`
 # above and in the integration runs.
 include clients/go/client.mk
+include tests/robustness/robustness.mk
 include clients/java/client.mk
 include clients/node/client.mk
 include clients/python/client.mk

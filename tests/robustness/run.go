@@ -304,11 +304,11 @@ func Check(cfg Config, seed int64, d time.Duration, faults []Fault, h *History, 
 		}
 		msg := fmt.Sprintf("%s model: %s", name, res)
 		if res == porcupine.Illegal {
-			msg = fmt.Sprintf("%s model: not linearizable", name)
+			msg = fmt.Sprintf("%s model: not linearizable (%s)", name, unexplained(pm, ops, info))
 		} else {
 			msg = fmt.Sprintf("%s model: undecided within %s", name, timeout)
 		}
-		if must || res == porcupine.Unknown {
+		if must {
 			r.Violations = append(r.Violations, msg)
 		} else {
 			r.Expected = append(r.Expected, msg)
@@ -337,4 +337,41 @@ func Check(cfg Config, seed int64, d time.Duration, faults []Fault, h *History, 
 		}
 	}
 	return r
+}
+
+// unexplained names, per failing key, the earliest-returning operation
+// that no longest partial linearization could place.
+func unexplained(pm porcupine.Model, ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	parts := pm.Partition(ops)
+	var out []string
+	for p, partials := range info.PartialLinearizations() {
+		if p >= len(parts) {
+			break
+		}
+		var longest []int
+		for _, l := range partials {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+		if len(longest) == len(parts[p]) {
+			continue
+		}
+		in := map[int]bool{}
+		for _, id := range longest {
+			in[id] = true
+		}
+		best := -1
+		for id, op := range parts[p] {
+			if !in[id] && (best < 0 || op.Return < parts[p][best].Return) {
+				best = id
+			}
+		}
+		if best >= 0 {
+			op := parts[p][best]
+			i := op.Input.(Input)
+			out = append(out, fmt.Sprintf("%s: cannot place %q called at %.3fs", i.Key, describe(i, op.Output.(Output)), sec(op.Call)))
+		}
+	}
+	return strings.Join(out, "; ")
 }
