@@ -153,9 +153,11 @@ type History struct {
 	// and SESSION holds end at a CLIENT KILL.
 	Crashes     []int64 `json:"crashes"`
 	ClientKills []int64 `json:"client_kills"`
-	// StaleWrites counts the writes of stalled holders (made after their
-	// lease ended) and how many the store refused.
-	StaleWrites, StaleRefused int `json:"-"`
+	// StaleWrites counts the late writes of stalled holders made after a
+	// successor wrote with a newer token, and StaleRefused how many the
+	// store refused (it must refuse them all).
+	StaleWrites  int `json:"stale_writes"`
+	StaleRefused int `json:"stale_refused"`
 }
 
 // Recorder collects a history from many goroutines.

@@ -75,25 +75,36 @@ func (f Fault) String() string {
 	return fmt.Sprintf("%s@%.1fs(%dms)", f.Kind, f.At.Seconds(), f.Dur.Milliseconds())
 }
 
-// Schedule derives a run's faults from its seed: one every 1.5-3 s after a
-// quiet first second, kinds drawn from all four.
+// Schedule derives a run's faults from its seed: after a quiet first
+// second or so, one every 0.8-1.6 s (plus the pause or the downtime of the
+// one before), kinds drawn so that each comes once in every four.
 func Schedule(seed int64, d time.Duration) []Fault {
 	rng := rand.New(rand.NewSource(seed))
 	var out []Fault
-	at := time.Second + time.Duration(rng.Intn(1000))*time.Millisecond
+	at := time.Duration(700+rng.Intn(500)) * time.Millisecond
 	kinds := []string{FaultKill, FaultPause, FaultClientKill, FaultStall}
-	for at < d-2*time.Second {
-		f := Fault{At: at, Kind: kinds[rng.Intn(len(kinds))]}
+	var bag []string
+	for at < d-1500*time.Millisecond {
+		if len(bag) == 0 {
+			for _, i := range rng.Perm(len(kinds)) {
+				bag = append(bag, kinds[i])
+			}
+		}
+		f := Fault{At: at, Kind: bag[0]}
+		bag = bag[1:]
+		busy := time.Duration(0)
 		switch f.Kind {
 		case FaultKill:
 			f.Dur = time.Duration(100+rng.Intn(400)) * time.Millisecond
+			busy = f.Dur
 		case FaultPause:
 			f.Dur = time.Duration(1200+rng.Intn(800)) * time.Millisecond // leases are 300-800 ms
+			busy = f.Dur
 		case FaultStall:
 			f.Dur = time.Duration(900+rng.Intn(600)) * time.Millisecond
 		}
 		out = append(out, f)
-		at += f.Dur + time.Duration(1500+rng.Intn(1500))*time.Millisecond
+		at += busy + time.Duration(800+rng.Intn(800))*time.Millisecond
 	}
 	return out
 }
@@ -326,7 +337,11 @@ func Check(cfg Config, seed int64, d time.Duration, faults []Fault, h *History, 
 	lv, ln := CheckLeftovers(h)
 	r.TokenChecks, r.FIFOChecks, r.LeftoverChecks = tn, fn, ln
 	r.StaleWrites, r.StaleRefused = h.StaleWrites, h.StaleRefused
-	for _, v := range [][]string{tv, fv, lv} {
+	var sv []string
+	if h.StaleRefused < h.StaleWrites {
+		sv = append(sv, fmt.Sprintf("the fenced store accepted %d late writes of stalled holders after a newer token", h.StaleWrites-h.StaleRefused))
+	}
+	for _, v := range [][]string{tv, fv, lv, sv} {
 		if len(v) > 0 {
 			save()
 			sort.Strings(v)

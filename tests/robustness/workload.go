@@ -417,9 +417,11 @@ func (w *worker) hold(ctx context.Context, h *holdSpec) {
 	}
 }
 
-// staller takes x:0, writes, stops for three leases (no renewal, as a
-// paused process), then writes with its old token: the store must refuse
-// it if anyone wrote with a newer token meanwhile.
+// stall: a holder takes x:0, writes, stops for longer than its lease (no
+// renewal, as a paused process would), while another owner waits for the
+// lock, gets it when the lease ends and writes with its newer token; then
+// the stalled holder wakes up and writes with its old token: the fenced
+// store must refuse it.
 func (w *worker) stall(ctx context.Context, pause time.Duration) {
 	w.seq++
 	h := &holdSpec{key: "x:0", owner: fmt.Sprintf("stalled%02d.%d", w.id, w.seq), ttl: 300 * time.Millisecond, block: time.Second}
@@ -429,9 +431,20 @@ func (w *worker) stall(ctx context.Context, pause time.Duration) {
 	}
 	h.token, h.holds = out.Token, 1
 	w.write(h)
-	time.Sleep(pause)
+	done := time.Now().Add(pause)
+	w.seq++
+	next := &holdSpec{key: "x:0", owner: fmt.Sprintf("successor%02d.%d", w.id, w.seq), ttl: 300 * time.Millisecond, block: pause}
+	newer := false
+	if o := w.acquire(ctx, next, false); o.Status == Grant {
+		next.token = o.Token
+		newer = w.write(next)
+		w.release(next, true)
+	}
+	time.Sleep(time.Until(done))
 	ok := w.write(h)
-	w.rec.Stale(!ok)
+	if newer {
+		w.rec.Stale(!ok)
+	}
 	w.release(h, true)
 }
 
