@@ -56,22 +56,19 @@ type worker struct {
 	seq   int
 	// Tunables (ms).
 	maxHold int
+	// replicas: every acquire waits for one replica (WAIT 1, via the
+	// client's Replicas option); a grant not confirmed is released by the
+	// client and counts as an unknown outcome.
+	replicas bool
 }
 
-func newRedis(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr: addr, MaxRetries: -1, PoolSize: 4,
-		DialTimeout: 300 * time.Millisecond, ReadTimeout: 600 * time.Millisecond, WriteTimeout: 600 * time.Millisecond,
-	})
-}
-
-func newWorker(id int, addr string, seed int64, rec *Recorder, store *Store) *worker {
-	rdb := newRedis(addr)
+func newWorker(id int, t target, seed int64, rec *Recorder, store *Store, replicas bool) *worker {
+	rdb := t.newClient(false)
 	// No background renewal: every renewal the server sees is one the
 	// history records (the watchdog's one renewal right after a granted
 	// wait only pushes the lease later, which the model allows).
 	dl := dlock.New(rdb, dlock.WithLease(500*time.Millisecond), dlock.WithRenewEvery(time.Hour), dlock.WithWaitMargin(400*time.Millisecond))
-	return &worker{id: id, rec: rec, store: store, rdb: rdb, dl: dl, rng: rand.New(rand.NewSource(seed)), maxHold: 150}
+	return &worker{id: id, rec: rec, store: store, rdb: rdb, dl: dl, rng: rand.New(rand.NewSource(seed)), maxHold: 150, replicas: replicas}
 }
 
 func (w *worker) close() {
@@ -141,6 +138,9 @@ func (h *holdSpec) options() []dlock.AcquireOption {
 func (w *worker) acquire(ctx context.Context, h *holdSpec, reentry bool) Output {
 	in := h.input(Acquire, w.id)
 	opts := h.options()
+	if w.replicas {
+		opts = append(opts, dlock.Replicas(1, 250*time.Millisecond))
+	}
 	if !reentry {
 		in.Fair, in.Session, in.Block = h.fair, h.session, h.block > 0 || h.cancelAfter > 0
 		if h.fair {
@@ -449,9 +449,8 @@ func (w *worker) stall(ctx context.Context, pause time.Duration) {
 }
 
 // sampler reads every key's queue with DLOCK.INFO for the FIFO check.
-func sampler(ctx context.Context, addr string, rec *Recorder) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2,
-		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+func sampler(ctx context.Context, t target, rec *Recorder) {
+	rdb := t.newClient(true)
 	defer rdb.Close()
 	for ctx.Err() == nil {
 		for _, k := range allKeys {
