@@ -185,9 +185,9 @@ func faultWindows(h *History) [][2]int64 {
 	open := int64(-1)
 	for _, e := range h.Events {
 		switch e.What {
-		case "kill -9", "SIGSTOP":
+		case "kill -9", "SIGSTOP", "partition":
 			open = e.At
-		case "restarted", "SIGCONT":
+		case "restarted", "SIGCONT", "healed":
 			if open >= 0 {
 				out = append(out, [2]int64{open, e.At})
 			}

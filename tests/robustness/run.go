@@ -35,6 +35,9 @@ type Config struct {
 	// Sentinel: a master, a replica and three Sentinels; a kill fails the
 	// master over. Replicas: every acquire waits for a replica (WAIT 1).
 	Sentinel, Replicas bool
+	// Partition: server and clients in network namespaces; the SIGSTOP
+	// fault becomes a network partition (needs root, skipped otherwise).
+	Partition bool
 	// QueueLost: the queue does not survive the faults (waiters are
 	// connection state on one master; a paused old master keeps serving
 	// its own): FIFO violations are reported, not failures.
@@ -58,6 +61,9 @@ var Configs = []Config{
 		Promise: "none after a crash: acknowledged holds may be lost and granted again (expected violation)"},
 	{Name: "none", Args: []string{"--appendonly", "no"},
 		Promise: "none after a crash: every hold is lost and granted again at once (expected violation)"},
+	{Name: "aof-always-partition", Args: []string{"--appendonly", "yes", "--appendfsync", "always"},
+		Partition: true, StrictMustPass: true, LossyMustPass: true,
+		Promise: "linearizable across a partition between the clients and the server"},
 	{Name: "sentinel-wait-grace", Args: append([]string{"--appendonly", "yes", "--appendfsync", "everysec"}, graceArgs...),
 		Sentinel: true, Replicas: true, LossyMustPass: true,
 		Promise: "a failover may lose unconfirmed grants, but the promoted replica grants nothing while a hold it never saw may still be live"},
@@ -179,7 +185,13 @@ func Run(cfg Config, seed int64, d time.Duration, clients int, checkTimeout time
 	}
 	defer os.RemoveAll(dir)
 	var t target
-	if cfg.Sentinel {
+	if cfg.Partition {
+		p, err := startPartitioned(dir, cfg.Args)
+		if err != nil {
+			return nil, err
+		}
+		t = p
+	} else if cfg.Sentinel {
 		g, err := startSentinelGroup(dir, cfg.Args)
 		if err != nil {
 			return nil, err

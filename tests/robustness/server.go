@@ -20,8 +20,13 @@ type Server struct {
 	Bin, Module, Dir string
 	Port             int
 	Args             []string
-	cmd              *exec.Cmd
-	done             chan struct{}
+	// Host is the address it listens on (127.0.0.1 unless in a namespace);
+	// Exec prefixes the command (ip netns exec NS); Dial reaches it.
+	Host string
+	Exec []string
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	cmd  *exec.Cmd
+	done chan struct{}
 }
 
 func repoRoot() string {
@@ -71,18 +76,28 @@ func StartServer(dir string, args ...string) (*Server, error) {
 }
 
 // Addr is host:port.
-func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+func (s *Server) Addr() string {
+	if s.Host != "" {
+		return s.Host + ":" + strconv.Itoa(s.Port)
+	}
+	return "127.0.0.1:" + strconv.Itoa(s.Port)
+}
 
 // Start (re)starts the process and waits until it answers PING.
 func (s *Server) Start() error {
-	args := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
+	host := s.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	args := []string{"--port", strconv.Itoa(s.Port), "--bind", host, "--dir", s.Dir,
 		"--save", "", "--logfile", "server.log", "--daemonize", "no", "--protected-mode", "no",
 		"--loadmodule", s.Module,
 		// FAIR reservations last 300 ms (not 5 s) so that an abandoned one
 		// does not stall a key for the length of a run.
 		"--dlock.fair-reservation-ms", "300"}
 	args = append(args, s.Args...)
-	cmd := exec.Command(s.Bin, args...)
+	argv := append(append(append([]string(nil), s.Exec...), s.Bin), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = s.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -91,7 +106,7 @@ func (s *Server) Start() error {
 	s.cmd = cmd
 	s.done = make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, Dialer: s.Dial})
 	defer rdb.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
