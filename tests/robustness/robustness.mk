@@ -17,13 +17,13 @@
 test: robustness-short
 robustness-lint:
 	cd tests/robustness && test -z "$$(gofmt -l .)" || { gofmt -l .; echo 'gofmt: run gofmt -w tests/robustness'; exit 1; }
-	cd tests/robustness && go vet ./...
+	cd tests/robustness && go vet ./... && go run $(GO_STATICCHECK) ./...
 robustness-short: build robustness-lint
 	@mkdir -p target/robustness
-	cd tests/robustness && go test -count=1 -timeout 10m -v -run 'TestSelfTestPlantedFaults|TestRobustness' .
+	cd tests/robustness && go test -count=1 -timeout 10m -v -run 'TestSelfTestPlantedFaults|TestPartitionCutsTheLink|TestRobustness' .
 robustness: build robustness-lint
 	@mkdir -p target/robustness
 	cd tests/robustness && DLOCK_ROBUSTNESS_CONFIGS=$${DLOCK_ROBUSTNESS_CONFIGS:-all} \
 		DLOCK_ROBUSTNESS_SEEDS=$${DLOCK_ROBUSTNESS_SEEDS:-3} DLOCK_ROBUSTNESS_SECS=$${DLOCK_ROBUSTNESS_SECS:-60} \
 		DLOCK_ROBUSTNESS_RESULTS=$${DLOCK_ROBUSTNESS_RESULTS:-../../target/robustness/results.md} \
-		go test -count=1 -timeout 120m -v -run 'TestSelfTestPlantedFaults|TestRobustness' .
+		go test -count=1 -timeout 120m -v -run 'TestSelfTestPlantedFaults|TestPartitionCutsTheLink|TestRobustness' .

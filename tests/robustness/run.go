@@ -333,7 +333,7 @@ func Check(cfg Config, seed int64, d time.Duration, faults []Fault, h *History, 
 		if res == porcupine.Ok {
 			continue
 		}
-		msg := fmt.Sprintf("%s model: %s", name, res)
+		var msg string
 		if res == porcupine.Illegal {
 			msg = fmt.Sprintf("%s model: not linearizable (%s)", name, unexplained(pm, ops, info))
 		} else {
