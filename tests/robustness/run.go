@@ -64,7 +64,10 @@ var Configs = []Config{
 	{Name: "aof-always-partition", Args: []string{"--appendonly", "yes", "--appendfsync", "always"},
 		Partition: true, StrictMustPass: true, LossyMustPass: true,
 		Promise: "linearizable across a partition between the clients and the server"},
-	{Name: "sentinel-wait-grace", Args: append([]string{"--appendonly", "yes", "--appendfsync", "everysec"}, graceArgs...),
+	{Name: "sentinel-wait-grace", Args: append([]string{"--appendonly", "yes", "--appendfsync", "everysec",
+		// A master that lost its replica (a paused old master, resumed
+		// after the failover) refuses writes, renewals included.
+		"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"}, graceArgs...),
 		Sentinel: true, Replicas: true, LossyMustPass: true,
 		Promise: "a failover may lose unconfirmed grants, but the promoted replica grants nothing while a hold it never saw may still be live"},
 	{Name: "sentinel", Args: []string{"--appendonly", "yes", "--appendfsync", "everysec"},
