@@ -167,3 +167,26 @@ func mustNote(must bool) string {
 	}
 	return " (reported)"
 }
+
+// TestRecheckHistory checks a saved history again
+// (DLOCK_ROBUSTNESS_HISTORY=target/robustness/<config>-seed<seed>-history.json,
+// DLOCK_ROBUSTNESS_CONFIGS=<its configuration>).
+func TestRecheckHistory(t *testing.T) {
+	p := os.Getenv("DLOCK_ROBUSTNESS_HISTORY")
+	if p == "" {
+		t.Skip("DLOCK_ROBUSTNESS_HISTORY not set")
+	}
+	h, err := LoadHistory(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, ok := ConfigByName(os.Getenv("DLOCK_ROBUSTNESS_CONFIGS"))
+	if !ok {
+		t.Fatal("set DLOCK_ROBUSTNESS_CONFIGS to the history's configuration")
+	}
+	r := Check(cfg, 0, 0, nil, h, time.Duration(envInt("DLOCK_ROBUSTNESS_CHECK_SECS", 60))*time.Second)
+	fmt.Println("robustness:", r.Summary())
+	if r.Failed() {
+		t.Error(strings.Join(r.Violations, "; "))
+	}
+}

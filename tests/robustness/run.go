@@ -279,15 +279,20 @@ func inject(ctx context.Context, t target, rec *Recorder, faults []Fault, client
 
 // prepare turns a history into Porcupine operations: infinite returns for
 // unknown outcomes, and without the operations that can neither change
-// the model's state nor be refused by it (an unknown or refused request of
-// an owner that was never granted anything and sends nothing afterwards,
-// an ERR reply, an unknown renewal), as etcd's robustness tests drop
-// requests that cannot have had an effect.
+// the model's state nor be refused by it, as etcd's robustness tests drop
+// requests that cannot have had an effect: the acquires (null, error or
+// unknown) of an owner that never held the lock and could not have (no
+// grant, and no unknown acquire followed by more of its requests), an
+// error reply, an unknown renewal.
 func prepare(h *History) (ops []porcupine.Operation, unknown int) {
-	granted := map[string]bool{}
+	mayHold := map[string]bool{}
 	for _, op := range h.Ops {
+		k := op.In.Key + "\x00" + op.In.Owner
 		if op.Out.Status == Grant {
-			granted[op.In.Key+"\x00"+op.In.Owner] = true
+			mayHold[k] = true
+		}
+		if op.In.Kind == Acquire && (op.Out.Status == Unknown || op.Out.Status == MaybeGranted) && !op.In.Last {
+			mayHold[k] = true
 		}
 	}
 	for _, op := range h.Ops {
@@ -296,7 +301,7 @@ func prepare(h *History) (ops []porcupine.Operation, unknown int) {
 		}
 		irrelevant := op.Out.Status == ErrReply ||
 			(op.In.Kind == Renew && op.Out.Status == Unknown) ||
-			(op.In.Kind == Acquire && (op.Out.Status == Unknown || op.Out.Status == MaybeGranted) && op.In.Last && !granted[op.In.Key+"\x00"+op.In.Owner])
+			(op.In.Kind == Acquire && op.Out.Status != Grant && !mayHold[op.In.Key+"\x00"+op.In.Owner])
 		if irrelevant {
 			continue
 		}
