@@ -156,6 +156,7 @@ dist-check: dist
 # client (clients/rust) is a workspace member: its suites run in `test`
 # above and in the integration runs.
 include clients/go/client.mk
+include tests/robustness/robustness.mk
 include clients/java/client.mk
 include clients/node/client.mk
 include clients/python/client.mk
