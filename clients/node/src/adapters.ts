@@ -46,8 +46,14 @@ export interface NodeRedisCluster {
   nodeClient(node: { host: string; port: number }): Promise<NodeRedisClient>;
 }
 
-/** Options dlock's ioredis connections override: no re-send, no reconnect, exact integers. */
+/**
+ * Options dlock's ioredis connections override: no re-send, no reconnect,
+ * exact integers, and (ioredis 6, RESP3 by default) RESP2-shaped replies:
+ * maps as flat `[key, value, ...]` arrays even when the user's client asks
+ * for `replyMapping: "resp3"` (ioredis 5 knows neither option and speaks RESP2).
+ */
 const IOREDIS_OVERRIDES = {
+  replyMapping: "legacy",
   lazyConnect: true,
   autoResendUnfulfilledCommands: false,
   stringNumbers: true,
@@ -63,6 +69,20 @@ const IOREDIS_OVERRIDES = {
 const RESP_NUMBER = 58;
 /** RESP3 big numbers (`(`). */
 const RESP_BIG_NUMBER = 40;
+/**
+ * RESP3 maps (`%`) and sets (`~`), mapped to flat arrays: the shape RESP2
+ * gives them, which dlock's readers take. node-redis 6 speaks RESP3 unless
+ * told otherwise, and maps would come as objects.
+ */
+const RESP_MAP = 37;
+const RESP_SET = 126;
+/** The type mapping of dlock's node-redis connections, whatever the user's client speaks. */
+const NODE_REDIS_TYPES = {
+  [RESP_NUMBER]: String,
+  [RESP_BIG_NUMBER]: String,
+  [RESP_MAP]: Array,
+  [RESP_SET]: Array,
+};
 
 class IoRedisConnection implements Connection {
   closed = false;
@@ -190,7 +210,7 @@ export function nodeRedisTransport(client: NodeRedisClient | NodeRedisCluster): 
         disableOfflineQueue: true,
         socket,
         name: "dlock",
-        commandOptions: { typeMapping: { [RESP_NUMBER]: String, [RESP_BIG_NUMBER]: String } },
+        commandOptions: { typeMapping: NODE_REDIS_TYPES },
       };
       if (node) overrides["url"] = undefined;
       const conn = base.duplicate(overrides);

@@ -97,6 +97,13 @@ function newOwner(): string {
 }
 
 /**
+ * At most this many keys keep the owner of a failed fair try; beyond it the
+ * oldest are forgotten (their reservations then end on the server by
+ * themselves, after `dlock.fair-reservation-ms`).
+ */
+const FAIR_OWNERS_KEPT = 10_000;
+
+/**
  * A dlock client over a node-redis or ioredis client or cluster.
  *
  * ```ts
@@ -116,6 +123,15 @@ export class Dlock implements AsyncDisposable {
   readonly watchdog = new Watchdog();
   /** The settings in force. */
   readonly options: Readonly<Required<DlockOptions>>;
+  /**
+   * Per key, the generated owner of the last fair request that was not
+   * granted: the next fair request for that key without an `owner` asks
+   * under it again, so a poller keeps its reservation, its place in the
+   * queue (R8). An owner is checked out while its request is in flight, so
+   * two concurrent requests never share one (they would re-enter each
+   * other's hold).
+   */
+  private readonly fairOwners = new Map<string, string>();
 
   constructor(client: ClientLike, options: DlockOptions = {}) {
     this.options = { ...DEFAULTS, ...options };
@@ -221,7 +237,13 @@ export class Dlock implements AsyncDisposable {
       throw new DlockError(`invalid ttl ${ttl}: a positive integer of ms`);
     if (multi && options.fair) throw new DlockError("fair is for single keys");
     const generated = options.owner === undefined;
-    const owner = options.owner ?? newOwner();
+    const keepsPlace = generated && options.fair === true && !multi;
+    let owner = options.owner;
+    if (owner === undefined) {
+      const kept = keepsPlace ? this.fairOwners.get(keys[0] as string) : undefined;
+      if (kept !== undefined) this.fairOwners.delete(keys[0] as string);
+      owner = kept ?? newOwner();
+    }
     const shared = options.shared === true;
     const first = keys[0] as string;
     const args: RedisArg[] = multi
@@ -321,6 +343,7 @@ export class Dlock implements AsyncDisposable {
       }
     }
     if (!grants) {
+      if (keepsPlace) this.keepFairOwner(first, owner);
       if (busy) throw new LockBusyError(keys);
       return null;
     }
@@ -343,6 +366,16 @@ export class Dlock implements AsyncDisposable {
         autoRenew: options.autoRenew ?? true,
       },
     });
+  }
+
+  /** Remembers the owner of a fair request that was not granted (its reservation's). */
+  private keepFairOwner(key: string, owner: string): void {
+    this.fairOwners.delete(key); // re-inserted last: the map's order is its age
+    this.fairOwners.set(key, owner);
+    if (this.fairOwners.size > FAIR_OWNERS_KEPT) {
+      const oldest = this.fairOwners.keys().next().value as string;
+      this.fairOwners.delete(oldest);
+    }
   }
 
   /**

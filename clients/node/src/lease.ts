@@ -72,9 +72,10 @@ export class Lease implements AsyncDisposable, Watched {
   /** The lease, ms. */
   readonly ttl: number;
   /**
-   * Aborted when the lease is lost (reason: a {@link LockLostError}) or
-   * released (reason: a {@link LeaseReleasedError}). Pass it to the work the
-   * lock protects.
+   * Aborted when the lease is lost (reason: a {@link LockLostError}), and
+   * only then: a release is not a loss (R3.3), so work still running with
+   * this signal after a release is not aborted by it. Pass it to the work
+   * the lock protects.
    */
   get signal(): AbortSignal {
     // Made on first use: most leases are released without anyone reading
@@ -82,11 +83,7 @@ export class Lease implements AsyncDisposable, Watched {
     // trace were a large part of an acquire + release pair's CPU time.
     if (!this.controller) {
       this.controller = new AbortController();
-      if (this.ended === "released") {
-        this.controller.abort(new LeaseReleasedError("the lease was released"));
-      } else if (this.ended === "lost") {
-        this.controller.abort(this.lostError);
-      }
+      if (this.lostError) this.controller.abort(this.lostError);
     }
     return this.controller.signal;
   }
@@ -192,10 +189,8 @@ export class Lease implements AsyncDisposable, Watched {
   private async doRelease(): Promise<void> {
     this.stopTimers();
     const wasLost = this.lost;
-    if (this.ended === undefined) {
-      this.ended = "released";
-      this.controller?.abort(new LeaseReleasedError("the lease was released"));
-    }
+    // A release is not a loss (R3.3): the signal stays as it is.
+    if (this.ended === undefined) this.ended = "released";
     try {
       let notOwner: NotOwnerError | undefined;
       if (this.keys.length === 1) {
@@ -225,6 +220,8 @@ export class Lease implements AsyncDisposable, Watched {
             cause: notOwner,
           },
         );
+        // The loss is learnt here: the signal fires, once, with it.
+        this.controller?.abort(this.lostError);
         throw notOwner;
       }
     } finally {

@@ -7,6 +7,7 @@ import {
   LeaseReleasedError,
   DeadlockError,
   NotReplicatedError,
+  NotOwnerError,
   type Lease,
 } from "../src/index.js";
 import {
@@ -53,8 +54,56 @@ for (const kind of serverKinds()) {
           await lease.release();
           await lease.release(); // idempotent
           assert.equal(await server.info(k("a")), null);
-          assert.ok(lease.signal.reason instanceof LeaseReleasedError);
+          // A release is not a loss (R3.3): the signal does not fire.
+          assert.equal(lease.signal.aborted, false);
           assert.equal(lease.lost, false);
+          assert.equal(lease.held, false);
+          await assert.rejects(lease.renew(), LeaseReleasedError);
+        });
+
+        it("keeps a fair poller's place: its next try asks under the same owner (R8)", async () => {
+          const holder = await dlock.acquire(k("fair"));
+          const poller = new Dlock(user.client);
+          const other = new Dlock(user.client);
+          try {
+            assert.equal(await poller.tryAcquire(k("fair"), { fair: true }), null);
+            assert.equal(await poller.tryAcquire(k("fair"), { fair: true }), null);
+            await holder.release();
+            // The reservation keeps the lock for the poller: a newcomer is refused ...
+            assert.equal(await other.tryAcquire(k("fair")), null);
+            // ... and the poller's next try gets it, under the owner it reserved with.
+            const lease = await poller.tryAcquire(k("fair"), { fair: true });
+            assert.ok(lease, "the poller lost its place");
+            // A granted owner is not kept: the next acquisition has a new one (R1.1).
+            await lease.release();
+            const next = await poller.tryAcquire(k("fair"), { fair: true });
+            assert.ok(next && next.owner !== lease.owner);
+            await next.release();
+          } finally {
+            await poller.close();
+            await other.close();
+          }
+        });
+
+        it("does not abort the signal of a released lease, read before or after (R3.3)", async () => {
+          const early = await dlock.acquire(k("sig"));
+          const seen: unknown[] = [];
+          early.signal.addEventListener("abort", () => seen.push(early.signal.reason));
+          await early.release();
+          const late = await dlock.acquire(k("sig"), { autoRenew: false });
+          await late.release();
+          assert.equal(early.signal.aborted, false);
+          assert.equal(late.signal.aborted, false);
+          // A NOTOWNER at the release of a lease not known lost is the loss: it fires then.
+          const gone = await dlock.acquire(k("sig"));
+          const signal = gone.signal;
+          await server.admin.del(k("sig"));
+          await assert.rejects(gone.release(), NotOwnerError);
+          assert.equal(signal.aborted, true);
+          assert.ok(signal.reason instanceof LockLostError);
+          assert.equal(gone.lost, true);
+          await new Promise((resolve) => setImmediate(resolve));
+          assert.deepEqual(seen, []);
         });
 
         it("gives every acquisition an owner of its own (R1.1)", async () => {

@@ -9,7 +9,9 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Redis, Cluster } from "ioredis";
+import { Redis as Redis6 } from "ioredis6";
 import { createClient, createCluster } from "redis";
+import { createClient as createClient6 } from "redis6";
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** The repository's root (this file is clients/node/dist/test/support.js). */
@@ -210,7 +212,24 @@ export interface UserClient {
   close(): Promise<void>;
 }
 
+/**
+ * `DLOCK_NODE_LIBRARY` (one of {@link LIBRARIES}) runs every suite's
+ * clients of its adapter on that library instead of the default one.
+ */
+function libraryOverride(adapter: AdapterName): Library | undefined {
+  const wanted = process.env["DLOCK_NODE_LIBRARY"];
+  if (!wanted) return undefined;
+  if (!(LIBRARIES as readonly string[]).includes(wanted))
+    throw new Error(`DLOCK_NODE_LIBRARY=${wanted}: not one of ${LIBRARIES.join(", ")}`);
+  return wanted.startsWith(adapter) ? (wanted as Library) : undefined;
+}
+
 export async function userClient(adapter: AdapterName, port: number): Promise<UserClient> {
+  const library = libraryOverride(adapter);
+  if (library) {
+    const { client, close } = await libraryClient(library, port);
+    return { adapter, client: client as UserClient["client"], close };
+  }
   if (adapter === "ioredis") {
     const client = new Redis({ port, host: "127.0.0.1" });
     client.on("error", () => {});
@@ -308,4 +327,51 @@ export async function userCluster(
   client.on("error", () => {});
   await client.connect();
   return { adapter, client, close: async () => void client.destroy() };
+}
+
+/**
+ * The library matrix (clients/node/README.md, "Compatibility"): the oldest
+ * supported and today's newest major of each library, with each protocol
+ * it speaks. `node-redis@6` speaks RESP3 unless told otherwise, ioredis 6
+ * too (with RESP2-shaped replies unless `replyMapping: "resp3"`).
+ */
+export const LIBRARIES = [
+  "node-redis@5 RESP2",
+  "node-redis@5 RESP3",
+  "node-redis@6 RESP2",
+  "node-redis@6 RESP3",
+  "ioredis@5",
+  "ioredis@6 RESP2",
+  "ioredis@6 RESP3",
+  "ioredis@6 RESP3 replyMapping=resp3",
+] as const;
+export type Library = (typeof LIBRARIES)[number];
+
+/** A user's client of one library of the matrix, connected to one server. */
+export async function libraryClient(
+  library: Library,
+  port: number,
+): Promise<{ client: object; close(): Promise<void> }> {
+  const socket = { port, host: "127.0.0.1" };
+  if (library.startsWith("node-redis")) {
+    const RESP = library.endsWith("RESP2") ? 2 : 3;
+    const client = library.startsWith("node-redis@6")
+      ? createClient6({ socket, RESP })
+      : createClient({ socket, RESP });
+    client.on("error", () => {});
+    await client.connect();
+    return { client, close: async () => void client.destroy() };
+  }
+  const options = { port, host: "127.0.0.1" };
+  const client =
+    library === "ioredis@5"
+      ? new Redis(options)
+      : new Redis6({
+          ...options,
+          protocol: library.includes("RESP2") ? 2 : 3,
+          ...(library.endsWith("resp3") ? { replyMapping: "resp3" as const } : {}),
+        });
+  client.on("error", () => {});
+  await client.ping();
+  return { client, close: async () => void client.disconnect() };
 }

@@ -443,9 +443,12 @@ class Lock:
 
     def release(self) -> None:
         """Gives back one hold (re-entered holds need one release each).
-        ``LockError`` when this thread holds no token; ``LockNotOwnedError``
-        when the server says the token's owner holds nothing. A hold known
-        lost (``lost`` is set) is released without error (R3.4)."""
+        Raises where redis-py's ``Lock.release`` raises (R3.4): ``LockError``
+        when this thread holds no token; ``LockNotOwnedError`` when the
+        server says the token's owner holds nothing (the lease ran out, the
+        key was deleted, another owner holds it), whether or not the hold
+        was already known lost. A lost hold the server kept is given back
+        without error."""
         token = self.local.token
         if token is None:
             raise LockError("Cannot release an unlocked lock")
@@ -461,8 +464,8 @@ class Lock:
         try:
             self.do_release(hold.owner)
         except (ResponseError, LockNotOwnedError):
-            if lost:
-                return  # R3.4: whatever the server kept is given back; no error
+            # As redis-py: a release the server refuses raises, so that code
+            # learns its critical section overran (R3.4: the familiar API wins).
             hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
             self._forget(hold)
             raise

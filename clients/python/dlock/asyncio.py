@@ -411,8 +411,10 @@ class Lock:
         return True
 
     async def release(self) -> None:
-        """Gives back one hold; the errors of ``dlock.Lock.release``. A hold
-        known lost is released without error (R3.4)."""
+        """Gives back one hold; raises where redis-py's asyncio
+        ``Lock.release`` raises, as ``dlock.Lock.release`` does (R3.4):
+        ``LockNotOwnedError`` when the server says the owner holds nothing,
+        even for a hold already known lost."""
         token = self.local.token
         if token is None:
             raise LockError("Cannot release an unlocked lock")
@@ -427,8 +429,7 @@ class Lock:
             await self.do_release(hold.owner)
         except (ResponseError, LockNotOwnedError):
             self._forget(hold)
-            if lost:
-                return  # R3.4: whatever the server kept is given back; no error
+            # As redis-py: a release the server refuses raises (R3.4).
             hold.lost.lose("NOTOWNER: the lock is held by nobody or another owner")
             raise
         # As redis-py's asyncio Lock: the token is dropped once released.

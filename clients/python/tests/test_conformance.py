@@ -415,8 +415,16 @@ class Runner:
             if guard.released:
                 raise Failure("the guard was released already")
             guard.released = True
+            was_lost = guard.lock.lost.is_set()
             try:
                 await guard.lock.release()
+            except LockNotOwnedError as error:
+                # R3.4: the drop-in raises where redis-py raises, so the
+                # release of a lost guard the server no longer holds raises
+                # LockNotOwnedError where the scenario's plain guard is quiet.
+                if was_lost and "error" not in step:
+                    return None
+                raise StepError(kind_of(error)) from None
             except (ResponseError, LockError) as error:
                 raise StepError(kind_of(error)) from None
             return None

@@ -164,7 +164,10 @@ def test_release_by_another_owner_after_expiry(r, key):
     assert lock.lost.is_set()  # the local deadline passed
     with pytest.raises(dlock.LockLostError):
         lock.extend(1)
-    lock.release()  # a lost hold releases without error (R3.4) and takes nothing from the new owner
+    with pytest.raises(LockNotOwnedError):  # as redis-py (R3.4: the familiar API wins)
+        lock.release()
+    with pytest.raises(LockError):  # the token is gone
+        lock.release()
     assert other.owned()
     other.release()
 

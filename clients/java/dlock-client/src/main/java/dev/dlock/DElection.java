@@ -17,10 +17,10 @@ import java.util.function.Consumer;
  * moment the key's newest hold changes: nothing polls and the latest change is never missed.
  *
  * <p>The owner string is the same in every dlock client (docs/clients.md, R7.6): {@code
- * <identity>#<uuid>}, the 36-character text of a new UUID v4 per campaign, so two candidates
- * announcing one identity never share a hold. A reader takes the identity as the owner without its
- * last 37 characters when the owner has that shape, else the whole owner (a hold taken outside an
- * election).
+ * <identity>#<32 hex digits>}, a new UUID v4 per campaign without its dashes (32 lowercase
+ * hexadecimal digits), so two candidates announcing one identity never share a hold. A reader
+ * takes the identity as the owner up to its last {@code #}, or the whole owner when it has no
+ * {@code #} (a hold taken outside an election).
  *
  * <p><b>A leader must stop acting when its lease is lost</b> ({@link Lease#lost()}): another
  * candidate may lead already. Pass the term to what it writes, so that the resource refuses an

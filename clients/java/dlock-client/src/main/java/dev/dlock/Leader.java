@@ -3,7 +3,7 @@ package dev.dlock;
 import java.util.Objects;
 
 /**
- * Who leads an election: the owner string of the leader's hold ({@code <identity>#<uuid>}),
+ * Who leads an election: the owner string of the leader's hold ({@code <identity>#<32 hex digits>}),
  * the identity it announced, and its term (the fencing token of its hold; terms only grow).
  */
 public final class Leader {
