@@ -153,13 +153,22 @@ func testACLUserOverTLS(t *testing.T, s *server) {
 	}
 	defer second.Close()
 
-	// Acquire and renew.
+	// Acquire, then renew by hand. The lease's deadline is the key's
+	// PEXPIRETIME: a renewal 50 ms or more later moves it on, however slowly
+	// the replies come.
 	held, err := first.Acquire(ctx, "app1:job")
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}
+	deadline := admin.PExpireTime(ctx, "app1:job").Val()
+	eventually(t, 20*time.Second, "50 ms of the lease to pass", func() bool {
+		return admin.PTTL(ctx, "app1:job").Val() < held.Lease()-50*time.Millisecond
+	})
 	if err := held.Renew(ctx); err != nil {
 		t.Fatalf("renew: %v", err)
+	}
+	if after := admin.PExpireTime(ctx, "app1:job").Val(); after <= deadline {
+		t.Fatalf("the renewal did not move the deadline on: %v, then %v", deadline, after)
 	}
 
 	// A blocking hand-off: the second client waits until the first releases.
