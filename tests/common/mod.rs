@@ -68,6 +68,10 @@ pub struct Server {
     /// Whether the module is loaded (false: the same server without dlock,
     /// the reference for "loading dlock changes nothing").
     with_module: bool,
+    /// A TLS-only server ([`Server::with_tls`]): the folder of its
+    /// certificates (`ca.crt`, `server.*`, `client.*`); `port` is its TLS
+    /// port and it has no plaintext one.
+    pub tls: Option<PathBuf>,
 }
 
 impl Server {
@@ -93,7 +97,32 @@ impl Server {
         Server::launch(files, args, true)
     }
 
+    /// A server with only a TLS port (`port 0`, `tls-port`, the settings of
+    /// [`tls_settings`]) and the module, persistence off, plus `args`; its
+    /// certificates are made by scripts/tls-test-certs.sh in `dir/tls`.
+    /// `None` when the server binary has no TLS built in (its log says so).
+    pub fn with_tls(args: &[&str]) -> Option<Server> {
+        let mut all = vec!["--save", "", "--appendonly", "no"];
+        all.extend_from_slice(args);
+        match Server::try_launch(&[], &all, true, true) {
+            Ok(server) => Some(server),
+            Err(log) if log.contains("TLS support") || log.contains("connection type tls") => None,
+            Err(log) => panic!("redis-server with TLS did not start; log:\n{log}"),
+        }
+    }
+
     fn launch(files: &[(&str, &[u8])], args: &[&str], with_module: bool) -> Server {
+        Server::try_launch(files, args, with_module, false)
+            .unwrap_or_else(|log| panic!("redis-server did not start; log:\n{log}"))
+    }
+
+    /// Starts a server (`Err`: its log, when it did not start).
+    fn try_launch(
+        files: &[(&str, &[u8])],
+        args: &[&str],
+        with_module: bool,
+        tls: bool,
+    ) -> Result<Server, String> {
         let dir = std::env::temp_dir().join(format!(
             "dlock-test-{}-{}",
             std::process::id(),
@@ -110,14 +139,20 @@ impl Server {
             dir,
             args: args.iter().map(|a| a.to_string()).collect(),
             with_module,
+            tls: None,
         };
+        if tls {
+            let certs = server.dir.join("tls");
+            make_test_certificates(&certs);
+            server.tls = Some(certs);
+        }
         for _attempt in 0..5 {
             server.port = free_port();
             if server.spawn() {
-                return server;
+                return Ok(server);
             }
         }
-        panic!("redis-server did not start; log:\n{}", server.log());
+        Err(server.log())
     }
 
     /// Starts the process on `self.port`; false if it exited (port taken).
@@ -129,9 +164,15 @@ impl Server {
             module.display()
         );
         let mut command = Command::new(server_binary());
+        match &self.tls {
+            None => command.arg("--port").arg(self.port.to_string()),
+            Some(certs) => command.args(
+                tls_settings(certs, self.port)
+                    .into_iter()
+                    .flat_map(|(name, value)| [format!("--{name}"), value]),
+            ),
+        };
         command
-            .arg("--port")
-            .arg(self.port.to_string())
             .arg("--bind")
             .arg("127.0.0.1")
             .arg("--dir")
@@ -158,7 +199,14 @@ impl Server {
                     return false;
                 }
             }
-            if let Ok(mut conn) = self.try_connect() {
+            if self.tls.is_some() {
+                // No plaintext port to ask: the log, in this server's own
+                // folder, says when it is up (after loading; a server that
+                // cannot bind its port exits before it says so).
+                if self.log().contains("Ready to accept connections") {
+                    return true;
+                }
+            } else if let Ok(mut conn) = self.try_connect() {
                 // A server that could not bind its port exits, but until it
                 // has, another test's server may answer on that port: only
                 // our own process counts. INFO answers while the data set
@@ -188,6 +236,12 @@ impl Server {
     }
 
     fn try_connect(&self) -> redis::RedisResult<Connection> {
+        if self.tls.is_some() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a TLS-only server: connect with TLS",
+            )));
+        }
         let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
         client.get_connection_with_timeout(Duration::from_secs(5))
     }
@@ -235,6 +289,10 @@ impl Server {
 
     /// Stops with `SHUTDOWN` (saving if persistence is configured) and waits.
     pub fn shutdown(&mut self) {
+        if self.tls.is_some() {
+            // No plaintext port to send SHUTDOWN to.
+            return self.kill();
+        }
         if let Ok(mut conn) = self.try_connect() {
             let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").query(&mut conn);
         }
@@ -272,7 +330,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if std::env::var_os("DLOCK_GRACEFUL_STOP").is_some() {
+        if std::env::var_os("DLOCK_GRACEFUL_STOP").is_some() && self.tls.is_none() {
             // `make memcheck`: let valgrind write its report at exit.
             if let Ok(mut conn) = self.try_connect() {
                 let _: redis::RedisResult<()> =
@@ -297,6 +355,43 @@ impl Drop for Server {
             eprintln!("server log kept in {}", self.dir.display());
         }
     }
+}
+
+/// The settings of a TLS-only server whose certificates are in `certs`:
+/// docs/operations.md's server block ("TLS and ACL users"), with that
+/// folder for `/etc/redis/tls` and `port` for 6380.
+pub fn tls_settings(certs: &Path, port: u16) -> Vec<(String, String)> {
+    let file = |name: &str| certs.join(name).display().to_string();
+    vec![
+        ("port".into(), "0".into()),
+        ("tls-port".into(), port.to_string()),
+        ("tls-cert-file".into(), file("server.crt")),
+        ("tls-key-file".into(), file("server.key")),
+        ("tls-ca-cert-file".into(), file("ca.crt")),
+        ("tls-auth-clients".into(), "no".into()),
+    ]
+}
+
+/// The repository's root (where `scripts/` is), from this crate's folder up.
+pub fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("scripts/tls-test-certs.sh").exists())
+        .expect("scripts/tls-test-certs.sh above this crate")
+        .to_path_buf()
+}
+
+/// A test CA, a server certificate for 127.0.0.1 and localhost and a
+/// client certificate in `dir` (scripts/tls-test-certs.sh, openssl).
+pub fn make_test_certificates(dir: &Path) {
+    let status = Command::new(repository_root().join("scripts/tls-test-certs.sh"))
+        .arg(dir)
+        .status()
+        .expect("run scripts/tls-test-certs.sh (needs openssl)");
+    assert!(
+        status.success(),
+        "scripts/tls-test-certs.sh failed: {status}"
+    );
 }
 
 fn free_port() -> u16 {

@@ -2,6 +2,9 @@ package dlock_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -24,6 +27,9 @@ type server struct {
 	addr string
 	dir  string
 	cmd  *exec.Cmd
+	// tls: a TLS-only server (startTLSServer); the config trusts its CA.
+	tls    *tls.Config
+	caFile string
 }
 
 var servers []*server
@@ -68,6 +74,49 @@ func startServer(name, bin string, extra ...string) (*server, error) {
 
 // startServerOn starts a server on port (a free port when 0).
 func startServerOn(fixedPort int, name, bin string, extra ...string) (*server, error) {
+	return launch(fixedPort, name, bin, "", extra...)
+}
+
+// errNoTLS: the server binary has no TLS built in (its log says so).
+var errNoTLS = errors.New("no TLS built in")
+
+// startTLSServer starts bin with the module and only a TLS port (port 0,
+// tls-port: the settings of docs/operations.md's "TLS and ACL users"), its
+// certificates made by scripts/tls-test-certs.sh in a temporary folder
+// removed with the server. errNoTLS when the binary has no TLS.
+func startTLSServer(name, bin string, extra ...string) (*server, error) {
+	certs, err := os.MkdirTemp("", "dlock-go-tls-")
+	if err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(filepath.Join(repoRoot(), "scripts", "tls-test-certs.sh"), certs).CombinedOutput(); err != nil {
+		os.RemoveAll(certs)
+		return nil, fmt.Errorf("tls-test-certs.sh: %v: %s", err, out)
+	}
+	s, err := launch(0, name, bin, certs, extra...)
+	if err != nil {
+		os.RemoveAll(certs)
+		if strings.Contains(err.Error(), "TLS support") || strings.Contains(err.Error(), "connection type tls") {
+			return nil, fmt.Errorf("%s: %w", bin, errNoTLS)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts a server; with certs (a folder of scripts/tls-test-certs.sh)
+// a TLS-only one.
+func launch(fixedPort int, name, bin, certs string, extra ...string) (*server, error) {
+	var tlsConfig *tls.Config
+	if certs != "" {
+		pem, err := os.ReadFile(filepath.Join(certs, "ca.crt"))
+		if err != nil {
+			return nil, err
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		tlsConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		dir, err := os.MkdirTemp("", "dlock-go-"+name+"-")
@@ -78,18 +127,27 @@ func startServerOn(fixedPort int, name, bin string, extra ...string) (*server, e
 		if port == 0 {
 			port = freePort()
 		}
-		args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		listen := []string{"--port", strconv.Itoa(port)}
+		if certs != "" {
+			listen = []string{"--port", "0", "--tls-port", strconv.Itoa(port),
+				"--tls-cert-file", filepath.Join(certs, "server.crt"), "--tls-key-file", filepath.Join(certs, "server.key"),
+				"--tls-ca-cert-file", filepath.Join(certs, "ca.crt"), "--tls-auth-clients", "no"}
+		}
+		args := append(append(listen, "--bind", "127.0.0.1", "--dir", dir,
 			"--logfile", "server.log", "--daemonize", "no", "--save", "", "--appendonly", "no",
-			"--loadmodule", modulePath()}, extra...)
+			"--loadmodule", modulePath()), extra...)
 		cmd := exec.Command(bin, args...)
 		if err := cmd.Start(); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &server{name: name, bin: bin, addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd}
+		s := &server{name: name, bin: bin, addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd, tls: tlsConfig}
+		if certs != "" {
+			s.caFile = filepath.Join(certs, "ca.crt")
+		}
 		exited := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(exited) }()
-		rdb := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+		rdb := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, TLSConfig: tlsConfig})
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
 			select {
@@ -142,10 +200,14 @@ func (s *server) stop() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	os.RemoveAll(s.dir)
+	if s.caFile != "" {
+		os.RemoveAll(filepath.Dir(s.caFile))
+	}
 }
 
+// client: a connection as the default user (over TLS to a TLS server).
 func (s *server) client(t testing.TB) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: s.addr})
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr, TLSConfig: s.tls})
 	if t != nil {
 		t.Cleanup(func() { rdb.Close() })
 	}

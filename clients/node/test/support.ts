@@ -3,7 +3,7 @@
  * module, on free ports, always stopped; clients of both adapters.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -84,6 +84,8 @@ export class Server {
     private readonly dir: string,
     private readonly adminClient: Redis,
     private readonly extra: string[],
+    /** A TLS-only server: its CA's certificate (PEM file); `port` is the TLS port. */
+    readonly caFile?: string,
   ) {}
 
   static async start(kind: ServerKind, extra: string[] = []): Promise<Server> {
@@ -96,18 +98,61 @@ export class Server {
     }
   }
 
+  /**
+   * A server with only a TLS port (`port 0`, `tls-port`: the settings of
+   * docs/operations.md's "TLS and ACL users"), its certificates made by
+   * scripts/tls-test-certs.sh in its folder; `admin` connects over TLS.
+   * Null (with the reason printed) when the binary has no TLS built in.
+   */
+  static async startTls(kind: ServerKind, extra: string[] = []): Promise<Server | null> {
+    if (!existsSync(MODULE)) throw new Error(`no module at ${MODULE}: run make build`);
+    for (let attempt = 0; ; attempt++) {
+      const port = await freePort();
+      const certs = mkdtempSync(join(tmpdir(), "dlock-node-tls-"));
+      execFileSync(join(REPO, "scripts/tls-test-certs.sh"), [certs]);
+      const server = await Server.spawnOn(kind, port, extra, certs);
+      if (server) return server;
+      const log = Server.lastLog;
+      rmSync(certs, { recursive: true, force: true });
+      if (log.includes("TLS support") || log.includes("connection type tls")) {
+        console.log(`# SKIPPED TLS on ${kind}: the server has no TLS built in`);
+        return null;
+      }
+      if (attempt >= 2) throw new Error(`${kind} TLS server did not start on port ${port}: ${log}`);
+    }
+  }
+
+  /** The log of the last server that did not start. */
+  private static lastLog = "";
+
   private static async spawnOn(
     kind: ServerKind,
     port: number,
     extra: string[],
+    certs?: string,
   ): Promise<Server | undefined> {
     const bin = kind === "redis" ? "redis-server" : (valkeyServer() as string);
     const dir = mkdtempSync(join(tmpdir(), "dlock-node-"));
+    const listen = certs
+      ? [
+          "--port",
+          "0",
+          "--tls-port",
+          String(port),
+          "--tls-cert-file",
+          join(certs, "server.crt"),
+          "--tls-key-file",
+          join(certs, "server.key"),
+          "--tls-ca-cert-file",
+          join(certs, "ca.crt"),
+          "--tls-auth-clients",
+          "no",
+        ]
+      : ["--port", String(port)];
     const proc = spawn(
       bin,
       [
-        "--port",
-        String(port),
+        ...listen,
         "--bind",
         "127.0.0.1",
         "--dir",
@@ -133,9 +178,11 @@ export class Server {
       stringNumbers: true,
       retryStrategy: () => null,
       maxRetriesPerRequest: 0,
+      ...(certs ? { tls: { ca: readFileSync(join(certs, "ca.crt")) } } : {}),
     });
     admin.on("error", () => {});
-    const server = new Server(kind, port, proc, dir, admin, extra);
+    const caFile = certs ? join(certs, "ca.crt") : undefined;
+    const server = new Server(kind, port, proc, dir, admin, extra, caFile);
     let exited = false;
     proc.once("exit", () => (exited = true));
     const deadline = Date.now() + 10_000;
@@ -154,6 +201,11 @@ export class Server {
         admin.disconnect();
         await sleep(20);
       }
+    }
+    try {
+      Server.lastLog = readFileSync(join(dir, "log"), "utf8");
+    } catch {
+      Server.lastLog = "";
     }
     await server.stop();
     return undefined;
@@ -202,6 +254,7 @@ export class Server {
       await exited;
     }
     rmSync(this.dir, { recursive: true, force: true });
+    if (this.caFile) rmSync(dirname(this.caFile), { recursive: true, force: true });
   }
 }
 

@@ -22,6 +22,8 @@ from typing import Callable, Iterator, List, Optional
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from dlock._core import parse_info
 from dlock._sync import call_on_own_connection
@@ -49,13 +51,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class NoTLS(RuntimeError):
+    """The server binary has no TLS built in (its log says so)."""
+
+
 class Server:
-    def __init__(self, binary: str, kind: str) -> None:
+    """``tls``: a server with only a TLS port (``port 0``, ``tls-port``, the
+    settings of docs/operations.md's "TLS and ACL users"), its certificates
+    made by scripts/tls-test-certs.sh in ``dir/tls`` (``ca_file`` the CA);
+    ``port`` is then the TLS port and ``client()`` connects with TLS as the
+    default user. Raises ``NoTLS`` when the binary has no TLS."""
+
+    def __init__(self, binary: str, kind: str, tls: bool = False) -> None:
         self.binary = binary
         self.kind = kind
         self.dir = tempfile.mkdtemp(prefix=f"dlock-py-{kind}-")
         self.process: Optional[subprocess.Popen] = None
         self.port = 0
+        self.tls = tls
+        self.ca_file = str(Path(self.dir) / "tls" / "ca.crt")
+        if tls:
+            subprocess.run([str(REPO / "scripts" / "tls-test-certs.sh"), str(Path(self.dir) / "tls")], check=True)
         module = os.environ.get("DLOCK_MODULE", str(REPO / "target" / "release" / "libdlock.so"))
         if not Path(module).exists():
             raise RuntimeError(f"{module} is missing: run `cargo build --release` first")
@@ -64,13 +80,26 @@ class Server:
             self.port = free_port()
             if self._spawn():
                 return
+        log = self.log()
         self.stop()
-        raise RuntimeError(f"{kind} did not start; log:\n{self.log()}")
+        if tls and ("TLS support" in log or "connection type tls" in log):
+            raise NoTLS(f"{binary} has no TLS built in")
+        raise RuntimeError(f"{kind} did not start; log:\n{log}")
+
+    def _listen_args(self) -> List[str]:
+        if not self.tls:
+            return ["--port", str(self.port)]
+        certs = Path(self.dir) / "tls"
+        return [
+            "--port", "0", "--tls-port", str(self.port),
+            "--tls-cert-file", str(certs / "server.crt"), "--tls-key-file", str(certs / "server.key"),
+            "--tls-ca-cert-file", str(certs / "ca.crt"), "--tls-auth-clients", "no",
+        ]
 
     def _spawn(self) -> bool:
         self.process = subprocess.Popen(
             [
-                self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                self.binary, *self._listen_args(), "--bind", "127.0.0.1",
                 "--dir", self.dir, "--logfile", "server.log", "--daemonize", "no",
                 "--save", "", "--appendonly", "no", "--loadmodule", self.module,
             ],
@@ -87,7 +116,9 @@ class Server:
                 # has, another test's server may answer there: only our own
                 # process counts. INFO answers while the data set loads;
                 # PING only once it is loaded.
-                client = redis.Redis(port=self.port, socket_timeout=5)
+                # No retries: redis-py's default backoff would spend seconds
+                # on a server that is not listening yet (or exited).
+                client = self.client(socket_timeout=5, retry=Retry(NoBackoff(), 0))
                 if client.ping() and client.info("server").get("process_id") == self.process.pid:
                     return True
             except redis.ConnectionError:
@@ -109,6 +140,8 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def client(self, **options: object) -> redis.Redis:
+        if self.tls:
+            options = {"ssl": True, "ssl_ca_certs": self.ca_file, **options}
         return redis.Redis(port=self.port, **options)
 
     def has_command(self, name: str) -> bool:
@@ -134,6 +167,21 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     kind = request.param
     binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
     srv = Server(binary, kind)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session", params=_kinds())
+def tls_server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A TLS-only server of each kind (skipped where the binary has no TLS)."""
+    kind = request.param
+    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
+    try:
+        srv = Server(binary, kind, tls=True)
+    except NoTLS as error:
+        pytest.skip(str(error))
     try:
         yield srv
     finally:

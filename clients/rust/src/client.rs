@@ -246,7 +246,7 @@ impl Client {
     /// # let _ = dlock; Ok(()) }
     /// ```
     pub async fn from_redis(client: redis::Client, config: Config) -> Result<Client> {
-        Client::start(Opener::Standalone(client), config).await
+        Client::start(Opener::Standalone(Box::new(client)), config).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes. Keys of a

@@ -19,7 +19,8 @@ use crate::Config;
 /// Redis Cluster.
 #[derive(Clone)]
 pub(crate) enum Opener {
-    Standalone(redis::Client),
+    // Boxed: with TLS built in, a redis::Client is some 240 bytes.
+    Standalone(Box<redis::Client>),
     Cluster(Box<redis::cluster::ClusterClient>),
 }
 

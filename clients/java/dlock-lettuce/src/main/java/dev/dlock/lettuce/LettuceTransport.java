@@ -10,6 +10,7 @@ import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisURI;
+import io.lettuce.core.SslOptions;
 import io.lettuce.core.TimeoutOptions;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.codec.ByteArrayCodec;
@@ -155,6 +156,24 @@ public final class LettuceTransport implements Transport {
     public static LettuceTransport create(RedisURI uri) {
         RedisClient client = RedisClient.create(uri);
         client.setOptions(options());
+        return new LettuceTransport(client, uri, 16);
+    }
+
+    /**
+     * A transport with resources of its own, over TLS with the application's TLS settings (its
+     * trusted CA, client certificate, protocols): for {@code rediss://} URIs ({@link
+     * RedisURI.Builder#withSsl(boolean)}) whose server's certificate the JVM's default trust
+     * store does not cover. dlock's other connection options stay as {@link #create(RedisURI)}
+     * sets them.
+     *
+     * @param uri the server, with TLS (as for {@link #create(RedisURI)})
+     * @param ssl the TLS settings ({@code SslOptions.builder().trustManager(caFile).build()})
+     * @return the transport
+     * @throws DLockConnectionException with Sentinels, when none of them answers
+     */
+    public static LettuceTransport create(RedisURI uri, SslOptions ssl) {
+        RedisClient client = RedisClient.create(uri);
+        client.setOptions(options().mutate().sslOptions(ssl).build());
         return new LettuceTransport(client, uri, 16);
     }
 

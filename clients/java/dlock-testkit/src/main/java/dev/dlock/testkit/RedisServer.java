@@ -12,10 +12,17 @@ import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.security.GeneralSecurityException;
+import java.security.KeyStore;
+import java.security.cert.CertificateFactory;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 import java.util.stream.Stream;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
+import javax.net.ssl.TrustManagerFactory;
 
 /**
  * A real {@code redis-server} or {@code valkey-server} process with the dlock module loaded, on a
@@ -36,6 +43,10 @@ public final class RedisServer implements AutoCloseable {
     private final List<String> extraArgs;
     /** For a Sentinel: its configuration file's lines (null for a data server). */
     private final List<String> sentinelConfig;
+    /** For a TLS-only server ({@link #startTls}): its certificates' folder, else null. */
+    private Path certs;
+    /** For a TLS-only server: a context that trusts its CA, else null. */
+    private SSLContext ssl;
     private Process process;
     private int port;
 
@@ -133,6 +144,74 @@ public final class RedisServer implements AutoCloseable {
         return launch(kind, binary, List.of(), List.copyOf(config));
     }
 
+    /**
+     * Starts a server with only a TLS port ({@code port 0}, {@code tls-port}: the settings of
+     * docs/operations.md's "TLS and ACL users"), its certificates made by
+     * scripts/tls-test-certs.sh in its temporary directory; {@link #call} then speaks TLS as the
+     * default user.
+     *
+     * @param kind which server
+     * @param extraArgs more command-line arguments
+     * @return the running server, or null (with the reason printed) when the binary has no TLS
+     */
+    public static RedisServer startTls(Kind kind, String... extraArgs) {
+        String binary = binary(kind);
+        if (binary == null) {
+            throw new IllegalStateException("no " + kind + " binary");
+        }
+        RedisServer server;
+        try {
+            server = new RedisServer(kind, binary, List.of(extraArgs), null);
+            server.certs = server.dir.resolve("tls");
+            Process make = new ProcessBuilder(repo().resolve("scripts/tls-test-certs.sh").toString(),
+                    server.certs.toString()).inheritIO().start();
+            if (make.waitFor() != 0) {
+                throw new IllegalStateException("scripts/tls-test-certs.sh failed");
+            }
+            server.ssl = trusting(server.certs.resolve("ca.crt"));
+        } catch (IOException | GeneralSecurityException e) {
+            throw new IllegalStateException("cannot make the certificates", e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        }
+        try {
+            server.spawn();
+        } catch (IOException e) {
+            String log = server.log();
+            server.close();
+            if (log.contains("TLS support") || log.contains("connection type tls")) {
+                System.err.println("dlock tests: " + binary + " has no TLS built in");
+                return null;
+            }
+            throw new IllegalStateException("cannot start " + kind + " with TLS", e);
+        }
+        Runtime.getRuntime().addShutdownHook(new Thread(server::close));
+        return server;
+    }
+
+    /** @return a TLS context that trusts the CA whose certificate (PEM) is {@code caFile} */
+    private static SSLContext trusting(Path caFile) throws IOException, GeneralSecurityException {
+        KeyStore trusted = KeyStore.getInstance(KeyStore.getDefaultType());
+        trusted.load(null, null);
+        try (InputStream pem = Files.newInputStream(caFile)) {
+            trusted.setCertificateEntry("ca", CertificateFactory.getInstance("X.509").generateCertificate(pem));
+        }
+        TrustManagerFactory trust = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+        trust.init(trusted);
+        SSLContext context = SSLContext.getInstance("TLS");
+        context.init(null, trust.getTrustManagers(), null);
+        return context;
+    }
+
+    /** @return the CA's certificate (PEM) of a TLS-only server */
+    public Path caFile() {
+        if (certs == null) {
+            throw new IllegalStateException("not a TLS server");
+        }
+        return certs.resolve("ca.crt");
+    }
+
     private static RedisServer launch(Kind kind, String binary, List<String> extraArgs, List<String> sentinelConfig) {
         try {
             RedisServer server = new RedisServer(kind, binary, extraArgs, sentinelConfig);
@@ -191,6 +270,15 @@ public final class RedisServer implements AutoCloseable {
                 lines.addAll(sentinelConfig);
                 Files.write(config, lines);
                 cmd = new ArrayList<>(List.of(binary, config.toString(), "--sentinel"));
+            } else if (certs != null) {
+                cmd = new ArrayList<>(List.of(binary, "--port", "0", "--tls-port", Integer.toString(port),
+                        "--tls-cert-file", certs.resolve("server.crt").toString(),
+                        "--tls-key-file", certs.resolve("server.key").toString(),
+                        "--tls-ca-cert-file", certs.resolve("ca.crt").toString(),
+                        "--tls-auth-clients", "no",
+                        "--bind", "127.0.0.1", "--dir", dir.toString(), "--logfile", "server.log",
+                        "--daemonize", "no", "--save", "", "--appendonly", "no",
+                        "--loadmodule", module().toString()));
             } else {
                 cmd = new ArrayList<>(List.of(binary, "--port", Integer.toString(port),
                         "--bind", "127.0.0.1", "--dir", dir.toString(), "--logfile", "server.log",
@@ -202,7 +290,7 @@ public final class RedisServer implements AutoCloseable {
                     .redirectError(ProcessBuilder.Redirect.DISCARD).start();
             long end = System.nanoTime() + 20_000_000_000L;
             while (System.nanoTime() < end && process.isAlive()) {
-                try (Raw raw = new Raw("127.0.0.1", port)) {
+                try (Raw raw = raw()) {
                     // A server that could not bind its port exits, but until it has,
                     // another test's server may answer there: only our own process counts.
                     // INFO answers while the data set loads; PING only once it is loaded.
@@ -282,7 +370,7 @@ public final class RedisServer implements AutoCloseable {
      * @return the reply: Long, String, List, null; an error reply comes back as a {@link RedisError}
      */
     public Object call(Object... args) {
-        try (Raw raw = new Raw(host(), port)) {
+        try (Raw raw = raw()) {
             return raw.call(args);
         } catch (IOException e) {
             throw new IllegalStateException(e);
@@ -319,6 +407,14 @@ public final class RedisServer implements AutoCloseable {
         }
     }
 
+    /**
+     * @return a new connection to this server, over TLS to a TLS-only one (as the default user)
+     * @throws IOException when it cannot connect
+     */
+    public Raw raw() throws IOException {
+        return ssl == null ? new Raw(host(), port) : new Raw(host(), port, ssl);
+    }
+
     static String str(Object reply) {
         return reply == null ? null : reply.toString();
     }
@@ -343,8 +439,31 @@ public final class RedisServer implements AutoCloseable {
          * @throws IOException when it cannot connect
          */
         public Raw(String host, int port) throws IOException {
-            socket = new Socket();
-            socket.connect(new InetSocketAddress(host, port), 2000);
+            this(host, port, null);
+        }
+
+        /**
+         * A connection over TLS (the server's name checked against its certificate).
+         *
+         * @param host the host
+         * @param port the TLS port
+         * @param ssl the TLS context (null: plain TCP)
+         * @throws IOException when it cannot connect or the handshake fails
+         */
+        public Raw(String host, int port, SSLContext ssl) throws IOException {
+            Socket plain = new Socket();
+            plain.connect(new InetSocketAddress(host, port), 2000);
+            if (ssl != null) {
+                SSLSocket tls = (SSLSocket) ssl.getSocketFactory().createSocket(plain, host, port, true);
+                SSLParameters parameters = tls.getSSLParameters();
+                parameters.setEndpointIdentificationAlgorithm("HTTPS");
+                tls.setSSLParameters(parameters);
+                tls.setSoTimeout(5_000);
+                tls.startHandshake();
+                socket = tls;
+            } else {
+                socket = plain;
+            }
             socket.setSoTimeout(30_000);
             in = new BufferedInputStream(socket.getInputStream());
             out = new BufferedOutputStream(socket.getOutputStream());
