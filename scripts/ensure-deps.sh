@@ -7,9 +7,17 @@
 set -eu
 
 missing=""
-# Extra packages a target asks for (e.g. `ensure-deps.sh valgrind`).
+# Extra packages a target asks for (e.g. `ensure-deps.sh valgrind`): a
+# command name, which is its package's name unless mapped here.
 for extra in "$@"; do
-    command -v "$extra" >/dev/null 2>&1 || missing="$missing $extra"
+    case "$extra" in
+        # etcd (the consensus bench's peer, clients/go/bench/consensus)
+        etcd) command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server" ;;
+        # ZooKeeper 3.8 (the Java consensus bench runs its jar; Debian keeps
+        # zkServer.sh out of PATH, in /usr/share/zookeeper/bin)
+        zookeeper | zkServer.sh) [ -e /usr/share/java/zookeeper.jar ] || missing="$missing zookeeper" ;;
+        *) command -v "$extra" >/dev/null 2>&1 || missing="$missing $extra" ;;
+    esac
 done
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
