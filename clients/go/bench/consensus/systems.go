@@ -34,6 +34,7 @@ type release func() error
 type contender struct {
 	acquire func(ctx context.Context) (release, error)
 	close   func()
+	reader  bool // a read-write lock's reader (the harness checks exclusion)
 }
 
 // system is one row of the report: a server and a client library.
@@ -49,6 +50,9 @@ type system interface {
 
 type conn interface {
 	mutex(key string) (contender, error)
+	// heldMutex is a mutex for scenario 5: etcd's share one session (one
+	// lease) per connection, as an application holding many locks would.
+	heldMutex(key string) (contender, error)
 	// rw: a reader when read, else a writer.
 	rw(key string, read bool) (contender, error)
 	semaphore(key string, permits int) (contender, error)
@@ -112,6 +116,8 @@ func (d *dlockConn) mutex(key string) (contender, error) {
 	return contender{acquire: func(ctx context.Context) (release, error) { return d.hold(ctx, key) }, close: func() {}}, nil
 }
 
+func (d *dlockConn) heldMutex(key string) (contender, error) { return d.mutex(key) }
+
 func (d *dlockConn) rw(key string, read bool) (contender, error) {
 	m := d.c.RWMutex(key, dlock.TTL(holdTTL))
 	take := m.Lock
@@ -124,7 +130,7 @@ func (d *dlockConn) rw(key string, read bool) (contender, error) {
 			return nil, err
 		}
 		return func() error { return l.Release(context.Background()) }, nil
-	}, close: func() {}}, nil
+	}, close: func() {}, reader: read}, nil
 }
 
 func (d *dlockConn) semaphore(key string, permits int) (contender, error) {
@@ -188,7 +194,31 @@ func (e *etcdSystem) candidateArgs(key string) []string {
 	return []string{"-candidate", "etcd", "-endpoint", e.proc.addr, "-key", key}
 }
 
-type etcdConn struct{ cli *clientv3.Client }
+type etcdConn struct {
+	cli *clientv3.Client
+
+	mu     sync.Mutex
+	shared *concurrency.Session // heldMutex's
+}
+
+func (e *etcdConn) heldMutex(key string) (contender, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shared == nil {
+		s, err := e.session(holdTTL)
+		if err != nil {
+			return contender{}, err
+		}
+		e.shared = s
+	}
+	m := concurrency.NewMutex(e.shared, "/"+key)
+	return contender{acquire: func(ctx context.Context) (release, error) {
+		if err := m.Lock(ctx); err != nil {
+			return nil, err
+		}
+		return func() error { return m.Unlock(context.Background()) }, nil
+	}, close: func() {}}, nil
+}
 
 // session is one contender's lease, kept alive by the client.
 func (e *etcdConn) session(ttl time.Duration) (*concurrency.Session, error) {
@@ -228,7 +258,7 @@ func (e *etcdConn) rw(key string, read bool) (contender, error) {
 			return nil, err
 		}
 		return m.Unlock, nil
-	}, close: func() { s.Close() }}, nil
+	}, close: func() { s.Close() }, reader: read}, nil
 }
 
 // semaphore generalises etcd's Mutex: each party puts a key under the
@@ -251,12 +281,15 @@ func (e *etcdConn) semaphore(key string, permits int) (contender, error) {
 		}
 		rev := put.Header.Revision
 		rel := func() error { _, err := e.cli.Delete(context.Background(), mine); return err }
-		before, err := e.cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithCountOnly())
+		// Keys only, counted here: the server applies the create-revision
+		// filter after the range, so a count-only reply would count every
+		// key under the prefix.
+		before, err := e.cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly())
 		if err != nil {
 			_ = rel()
 			return nil, err
 		}
-		n := before.Count
+		n := int64(len(before.Kvs))
 		if n < int64(permits) {
 			return rel, nil
 		}
@@ -327,7 +360,12 @@ func (e *etcdConn) observe(ctx context.Context, key string) (<-chan string, erro
 	return out, nil
 }
 
-func (e *etcdConn) close() { e.cli.Close() }
+func (e *etcdConn) close() {
+	if e.shared != nil {
+		e.shared.Close()
+	}
+	e.cli.Close()
+}
 
 // etcdDBInUse is the logical size of etcd's database in use (bytes).
 func etcdDBInUse(ctx context.Context, addr string) int64 {

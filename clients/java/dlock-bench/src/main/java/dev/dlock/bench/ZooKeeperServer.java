@@ -99,6 +99,38 @@ final class ZooKeeperServer implements AutoCloseable {
         }
     }
 
+    /**
+     * @return the server JVM's heap in use right after a full collection ({@code jcmd PID GC.run},
+     *     then {@code GC.heap_info}), in bytes, or -1: what the znodes, sessions and watches occupy,
+     *     without the garbage a resident-memory figure would count
+     */
+    long heapAfterGc() {
+        String jcmd = ProcessHandle.current().info().command().map(c -> Path.of(c).resolveSibling("jcmd").toString())
+                .orElse("jcmd");
+        try {
+            run(jcmd, Long.toString(process.pid()), "GC.run");
+            for (String line : run(jcmd, Long.toString(process.pid()), "GC.heap_info").split("\n")) {
+                java.util.regex.Matcher m = java.util.regex.Pattern.compile("heap\\s+total \\d+K, used (\\d+)K").matcher(line);
+                if (m.find()) {
+                    return Long.parseLong(m.group(1)) * 1024;
+                }
+            }
+        } catch (IOException e) {
+            return -1;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return -1;
+        }
+        return -1;
+    }
+
+    private static String run(String... command) throws IOException, InterruptedException {
+        Process p = new ProcessBuilder(command).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        p.waitFor();
+        return out;
+    }
+
     /** @return a field of {@code mntr} ({@code zk_approximate_data_size}, ...), or -1 */
     long monitor(String field) {
         try {
