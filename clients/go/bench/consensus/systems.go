@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -382,48 +383,10 @@ func etcdDBInUse(ctx context.Context, addr string) int64 {
 }
 
 func infoField(info, field string) (int64, error) {
-	var v int64
-	for _, line := range splitLines(info) {
-		if n, err := fmt.Sscanf(line, field+":%d", &v); n == 1 && err == nil {
-			return v, nil
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return strconv.ParseInt(v, 10, 64)
 		}
 	}
 	return 0, fmt.Errorf("no %s in INFO", field)
-}
-
-func splitLines(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			out = append(out, trimCR(s[start:i]))
-			start = i + 1
-		}
-	}
-	return append(out, trimCR(s[start:]))
-}
-
-func trimCR(s string) string {
-	if len(s) > 0 && s[len(s)-1] == '\r' {
-		return s[:len(s)-1]
-	}
-	return s
-}
-
-// mutexPool keeps closers to run at the end of a scenario.
-type closers struct {
-	mu sync.Mutex
-	fs []func()
-}
-
-func (c *closers) add(f func()) {
-	c.mu.Lock()
-	c.fs = append(c.fs, f)
-	c.mu.Unlock()
-}
-
-func (c *closers) run() {
-	for _, f := range c.fs {
-		f()
-	}
 }
