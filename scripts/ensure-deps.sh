@@ -9,16 +9,19 @@
 set -eu
 
 missing=""
-# Extra packages a target asks for (e.g. `ensure-deps.sh valgrind`), by
-# command name; the commands whose package has another name map to it.
+# Extra packages a target asks for (e.g. `ensure-deps.sh valgrind`): a
+# command name, which is its package's name unless mapped here.
 for extra in "$@"; do
     case "$extra" in
-        etcd) package=etcd-server ;;
-        etcdctl) package=etcd-client ;;
-        flock) package=util-linux ;;
-        *) package="$extra" ;;
+        # etcd and etcdctl (the CLI and consensus benches' peer)
+        etcd) command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server" ;;
+        etcdctl) command -v etcdctl >/dev/null 2>&1 || missing="$missing etcd-client" ;;
+        flock) command -v flock >/dev/null 2>&1 || missing="$missing util-linux" ;;
+        # ZooKeeper 3.8 (the Java consensus bench runs its jar; Debian keeps
+        # zkServer.sh out of PATH, in /usr/share/zookeeper/bin)
+        zookeeper | zkServer.sh) [ -e /usr/share/java/zookeeper.jar ] || missing="$missing zookeeper" ;;
+        *) command -v "$extra" >/dev/null 2>&1 || missing="$missing $extra" ;;
     esac
-    command -v "$extra" >/dev/null 2>&1 || missing="$missing $package"
 done
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"

@@ -15,7 +15,13 @@ go-test: build go-lint
 # module of its own so that they never become the client's dependencies):
 # one redis-server with the module, one run; writes docs/benchmarks-go.md
 # (QUICK=1: short runs, report to a temporary file). About a minute.
+# Then the same client beside etcd's concurrency package on a single-member
+# etcd the bench starts (clients/go/bench/consensus, issue 41): the etcd
+# section of docs/benchmarks-consensus.md, about three minutes (QUICK=1:
+# ~15 s, a temporary file).
 .PHONY: go-bench
 bench: go-bench
 go-bench: build
-	cd clients/go/bench && test -z "$$(gofmt -l .)" && go vet . && go run .$(if $(filter-out 0 false no,$(QUICK)), -quick,)
+	cd clients/go/bench && test -z "$$(gofmt -l .)" && go vet ./... && go run .$(if $(filter-out 0 false no,$(QUICK)), -quick,)
+	@command -v etcd >/dev/null || ./scripts/ensure-deps.sh etcd
+	cd clients/go/bench && go run ./consensus$(if $(filter-out 0 false no,$(QUICK)), -quick,)

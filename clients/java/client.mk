@@ -7,9 +7,13 @@ java-test: build
 	cd clients/java && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" mvn -q -B verify
 
 # The benchmark against Redisson (clients/java/dlock-bench, Maven profile `bench`):
-# docs/benchmarks-java.md, or a temporary file with QUICK=1.
+# docs/benchmarks-java.md, or a temporary file with QUICK=1. Then dlock beside Curator's
+# recipes on a standalone ZooKeeper 3.8 the bench starts (ConsensusBench, issue 41): the
+# ZooKeeper section of docs/benchmarks-consensus.md (QUICK=1: a temporary file).
 .PHONY: java-bench
 bench: java-bench
 java-bench: build
 	cd clients/java && mvn -q -B -Pbench -DskipTests -pl dlock-bench -am package dependency:build-classpath -Dmdep.outputFile=target/bench-classpath.txt
 	cd clients/java && java -cp dlock-bench/target/classes:$$(cat dlock-bench/target/bench-classpath.txt) dev.dlock.bench.Bench $(if $(filter-out 0 false no,$(QUICK)),--quick $$(mktemp),../../docs/benchmarks-java.md)
+	@[ -e /usr/share/java/zookeeper.jar ] || ./scripts/ensure-deps.sh zookeeper
+	cd clients/java && java -cp dlock-bench/target/classes:$$(cat dlock-bench/target/bench-classpath.txt) dev.dlock.bench.ConsensusBench $(if $(filter-out 0 false no,$(QUICK)),--quick $$(mktemp),../../docs/benchmarks-consensus.md)
