@@ -463,6 +463,12 @@ EOF
         mvn -q -B -Dmaven.repo.local="$dir/m2" -Dsurefire.failIfNoSpecifiedTests=false \
         -Dsurefire.redirectTestOutputToFile=false test
     grep -q 'tests="1"' target/surefire-reports/TEST-smoke.SmokeTest.xml || fail "the Java smoke test did not run"
+    # Each dev.dlock artifact came from dist/ (not from a copy another build
+    # installed into ~/.m2).
+    for artifact in dlock-parent dlock-bom dlock-client dlock-jedis; do
+        grep -q '>dlock-dist=' "$dir/m2/dev/dlock/$artifact/$version/_remote.repositories" ||
+            fail "$artifact was not resolved from dist/maven"
+    done
     cat target/surefire-reports/smoke.SmokeTest.txt
 }
 
