@@ -9,14 +9,16 @@
 # its own lists and cache), never touching /etc/apt: `apt-get update` checks
 # the signature of trixie's Release file and the hash of its Sources index,
 # and the tarball's SHA-256 is checked against that index before it is
-# unpacked. Only redis-server is built (no TLS, no Redis 8 modules: their
-# build fetches Rust toolchains), in about a minute on 2 cores.
+# unpacked. Only redis-server is built, with TLS built in (OpenSSL from
+# libssl-dev: the TLS tests of the clients run on it) and without Redis 8's
+# modules (their build fetches Rust toolchains), in about a minute on 2 cores.
 set -eu
 cd "$(dirname "$0")/.."
 version=8.0.2
 mirror=${DLOCK_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 dir=$PWD/target/redis8
-server="$dir/redis-server-$version"
+# "-tls": a binary cached before TLS was built in is not reused.
+server="$dir/redis-server-$version-tls"
 if [ -x "$server" ]; then
     echo "$server"
     exit 0
@@ -86,10 +88,11 @@ src="$dir/src"
 rm -rf "$src"
 mkdir -p "$src"
 tar -xzf "$archive" -C "$src" --strip-components=1
-# BUILD_TLS=no and no modules: only the server, from Debian 12's toolchain.
+# BUILD_TLS=yes (linked in, not a module) and no modules: only the server,
+# from Debian 12's toolchain.
 # GIT_CEILING_DIRECTORIES keeps Redis's release header from taking dlock's
 # commit as its own.
-GIT_CEILING_DIRECTORIES="$dir" make -C "$src/src" -j"$(nproc)" BUILD_TLS=no USE_SYSTEMD=no MALLOC=jemalloc redis-server >&2
+GIT_CEILING_DIRECTORIES="$dir" make -C "$src/src" -j"$(nproc)" BUILD_TLS=yes USE_SYSTEMD=no MALLOC=jemalloc redis-server >&2
 cp "$src/src/redis-server" "$server.part"
 mv "$server.part" "$server"
 rm -rf "$src"

@@ -82,8 +82,9 @@ def test_an_acl_user_over_tls_locks_hands_off_renews_releases_and_elects(tls_ser
     leadership.resign()
     assert dlock.Election(r, "app1:leader").leader() is None
 
-    # Outside the user's key pattern: NOPERM, redis-py's NoPermissionError.
+    # Outside the user's key pattern: NOPERM, which redis-py raises as
+    # NoPermissionError (the text after the code differs between servers).
     outside = r.lock("app2:job", blocking=False, lock_class=dlock.Lock)
-    with pytest.raises(redis.exceptions.NoPermissionError, match="^this user has no permissions|NOPERM"):
+    with pytest.raises(redis.exceptions.NoPermissionError):
         outside.acquire()
     assert info(admin, "app2:job") is None
