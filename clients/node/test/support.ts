@@ -9,9 +9,9 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Redis, Cluster } from "ioredis";
-import { Redis as Redis6 } from "ioredis6";
+import { Redis as Redis6, Cluster as Cluster6 } from "ioredis6";
 import { createClient, createCluster } from "redis";
-import { createClient as createClient6 } from "redis6";
+import { createClient as createClient6, createCluster as createCluster6 } from "redis6";
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** The repository's root (this file is clients/node/dist/test/support.js). */
@@ -367,6 +367,39 @@ export async function userCluster(
   cluster: TestCluster,
 ): Promise<UserCluster> {
   const nodes = cluster.servers.map((s) => ({ host: "127.0.0.1", port: s.port }));
+  const library = libraryOverride(adapter);
+  if (library && library !== "ioredis@5") {
+    // DLOCK_NODE_LIBRARY: the cluster client of that library and protocol.
+    const RESP = library.includes("RESP2") ? 2 : 3;
+    if (library.startsWith("node-redis")) {
+      const rootNodes = nodes.map((n) => ({ socket: n }));
+      const client = library.startsWith("node-redis@6")
+        ? createCluster6({ rootNodes, RESP })
+        : createCluster({ rootNodes, RESP });
+      client.on("error", () => {});
+      await client.connect();
+      return {
+        adapter,
+        client: client as UserCluster["client"],
+        close: async () => void client.destroy(),
+      };
+    }
+    const redisOptions = {
+      protocol: RESP as 2 | 3,
+      ...(library.endsWith("resp3") ? { replyMapping: "resp3" as const } : {}),
+    };
+    const client = new Cluster6(nodes, { redisOptions });
+    client.on("error", () => {});
+    await new Promise<void>((r, j) => {
+      client.once("ready", () => r());
+      client.once("error", j);
+    });
+    return {
+      adapter,
+      client: client as unknown as UserCluster["client"],
+      close: async () => void client.disconnect(),
+    };
+  }
   if (adapter === "ioredis") {
     const client = new Cluster(nodes);
     client.on("error", () => {});
