@@ -600,7 +600,10 @@ func describe(in Input, out Output) string {
 	case Acquire:
 		fmt.Fprintf(&b, "acquire %s ttl=%d", in.Owner, in.TTL)
 		if in.Shared {
-			fmt.Fprintf(&b, " shared limit=%d weight=%d", in.Limit, in.Weight)
+			b.WriteString(" shared")
+		}
+		if in.Limit > 0 {
+			fmt.Fprintf(&b, " limit=%d weight=%d", in.Limit, in.Weight)
 		}
 		if in.Fair {
 			b.WriteString(" fair")
