@@ -24,6 +24,10 @@ if [ ! -f "$out" ]; then
     rm -rf "$root/src"
     mkdir -p "$root/src" "$root/$base"
     git archive "$base" | tar -x -C "$root/src"
+    # git archive dates the files at the commit: newer than them, a build of
+    # another base would look fresh to cargo. Dated now, dlock is rebuilt
+    # (its dependencies stay built in the shared target directory).
+    find "$root/src" -type f -exec touch {} +
     (cd "$root/src" && CARGO_TARGET_DIR="$root/target" cargo build --release --lib -p dlock >&2)
     cp "$root/target/release/libdlock.so" "$out"
 fi
