@@ -456,9 +456,20 @@ impl Drop for Holders {
     }
 }
 
+impl Holders {
+    /// Ends every hold of a value Redis frees off its main thread (an
+    /// asynchronous flush), counting them apart: the main thread's count is
+    /// a plain load and store (see `gauge`), which another thread must not
+    /// touch.
+    pub fn clear_off_main_thread(&mut self) {
+        gauge::sub_background(self.len());
+        self.one = None;
+        self.many = None;
+    }
+}
+
 /// Holds in every lock value alive in the process (see [`Holders`]): the
-/// `dlock_holders` gauge. Values Redis frees on a background thread
-/// (`FLUSHALL ASYNC`) drop their holders there, hence an atomic.
+/// `dlock_holders` gauge.
 pub fn live_holders() -> u64 {
     gauge::get()
 }
@@ -471,24 +482,38 @@ pub fn live_holders_raw() -> i64 {
     gauge::raw()
 }
 
+/// Holds are added and taken on Redis's main thread only (commands,
+/// timers, loading, `free`), so a load and a store suffice there, as for
+/// the event counters: a locked read-modify-write would cost every acquire
+/// and release for no reader's sake. The one exception, a value freed by
+/// an asynchronous flush on a background thread, is counted apart,
+/// atomically ([`Holders::clear_off_main_thread`]).
 #[cfg(not(test))]
 mod gauge {
     use std::sync::atomic::{AtomicI64, Ordering};
 
-    static LIVE_HOLDS: AtomicI64 = AtomicI64::new(0);
+    static MAIN_THREAD: AtomicI64 = AtomicI64::new(0);
+    static FREED_IN_BACKGROUND: AtomicI64 = AtomicI64::new(0);
 
     #[inline]
     pub fn add(n: usize) {
-        LIVE_HOLDS.fetch_add(n as i64, Ordering::Relaxed);
+        let now = MAIN_THREAD.load(Ordering::Relaxed);
+        MAIN_THREAD.store(now + n as i64, Ordering::Relaxed);
     }
 
     #[inline]
     pub fn sub(n: usize) {
-        LIVE_HOLDS.fetch_sub(n as i64, Ordering::Relaxed);
+        let now = MAIN_THREAD.load(Ordering::Relaxed);
+        MAIN_THREAD.store(now - n as i64, Ordering::Relaxed);
+    }
+
+    pub fn sub_background(n: usize) {
+        FREED_IN_BACKGROUND.fetch_add(n as i64, Ordering::Relaxed);
     }
 
     pub fn get() -> u64 {
-        LIVE_HOLDS.load(Ordering::Relaxed).max(0) as u64
+        let held = MAIN_THREAD.load(Ordering::Relaxed);
+        (held - FREED_IN_BACKGROUND.load(Ordering::Relaxed)).max(0) as u64
     }
 }
 
@@ -507,6 +532,10 @@ mod gauge {
 
     pub fn sub(n: usize) {
         LIVE_HOLDS.with(|live| live.set(live.get() - n as i64));
+    }
+
+    pub fn sub_background(n: usize) {
+        sub(n);
     }
 
     pub fn get() -> u64 {

@@ -678,6 +678,12 @@ impl Lock {
         self.queue.remove_waiter(seq, id)
     }
 
+    /// Ends every hold of a value freed off Redis's main thread (see
+    /// [`Holders::clear_off_main_thread`]).
+    pub fn clear_holders_off_main_thread(&mut self) {
+        self.holders.clear_off_main_thread();
+    }
+
     /// Takes every blocked waiter out, in order (the value is going away).
     pub fn take_waiters(&mut self) -> Vec<(Box<[u8]>, Waiter)> {
         self.queue.take_waiters()

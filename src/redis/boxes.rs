@@ -1,4 +1,5 @@
-//! Boxes for lock values, and which thread is Redis's main thread.
+//! Boxes for lock values, which thread is Redis's main thread, and how
+//! many lock and latch values keys hold (`dlock_locks`, `dlock_latches`).
 //!
 //! A lock value is allocated and freed once per ACQUIRE + RELEASE pair. The
 //! box of a freed, bare lock ([`Lock::is_bare`]) is kept (at most [`SPARE_BOXES`], on the main
@@ -11,6 +12,7 @@
 //! (which free them) can use it.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::lock::Lock;
 
@@ -82,4 +84,68 @@ pub fn recycle(lock: Box<Lock>) {
             }
         }
     });
+}
+
+// ---------------------------------------------------------------------------
+// How many lock and latch values keys hold now: the `dlock_locks` and
+// `dlock_latches` gauges of `INFO dlock`. Each is added to where a value is
+// made for a key (a command storing a new value, RDB load and RESTORE,
+// COPY) and taken from in the type's `free`, which Redis calls for every
+// value it drops: DEL, expiry, eviction, an overwrite, a flush, a replica
+// discarding its data set. RENAME, MOVE and SWAPDB move values without
+// either. Values are made and (nearly always) freed on the main thread,
+// where a load and a store suffice, as for the event counters: a locked
+// read-modify-write would cost every new and freed lock for no reader's
+// sake. `free` on a background thread (`FLUSHALL ASYNC`) counts apart,
+// atomically. Here, at the bottom, so that the FFI wrappers (which store
+// new values) can count.
+// ---------------------------------------------------------------------------
+
+static LIVE_LOCKS: AtomicI64 = AtomicI64::new(0);
+static LIVE_LATCHES: AtomicI64 = AtomicI64::new(0);
+static LOCKS_FREED_IN_BACKGROUND: AtomicI64 = AtomicI64::new(0);
+static LATCHES_FREED_IN_BACKGROUND: AtomicI64 = AtomicI64::new(0);
+
+/// The kind of a module value.
+#[derive(Clone, Copy, Debug)]
+pub enum ValueKind {
+    Lock,
+    Latch,
+}
+
+/// The main thread's count of `kind`, and the count freed elsewhere.
+fn gauges(kind: ValueKind) -> (&'static AtomicI64, &'static AtomicI64) {
+    match kind {
+        ValueKind::Lock => (&LIVE_LOCKS, &LOCKS_FREED_IN_BACKGROUND),
+        ValueKind::Latch => (&LIVE_LATCHES, &LATCHES_FREED_IN_BACKGROUND),
+    }
+}
+
+/// A value of `kind` was made for a key (on the main thread: commands,
+/// RDB load, COPY; elsewhere it is counted atomically all the same).
+#[inline]
+pub fn value_created(kind: ValueKind) {
+    let (main, background) = gauges(kind);
+    if on_main_thread() {
+        main.store(main.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    } else {
+        background.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Redis freed a value of `kind` (any thread).
+#[inline]
+pub fn value_freed(kind: ValueKind) {
+    let (main, background) = gauges(kind);
+    if on_main_thread() {
+        main.store(main.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+    } else {
+        background.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Values of `kind` in keys now (never below zero).
+pub fn live_values(kind: ValueKind) -> u64 {
+    let (main, background) = gauges(kind);
+    (main.load(Ordering::Relaxed) - background.load(Ordering::Relaxed)).max(0) as u64
 }

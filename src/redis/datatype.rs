@@ -149,7 +149,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 for hold in lock.holders().iter() {
                     tokens::observe_loaded(hold.token);
                 }
-                super::values::created(super::values::Kind::Lock);
+                super::boxes::value_created(super::boxes::ValueKind::Lock);
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
             }
             // Null makes Redis reject the payload (RESTORE fails, a load stops
@@ -325,7 +325,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     if value.is_null() {
         return;
     }
-    super::values::freed(super::values::Kind::Lock);
+    super::boxes::value_freed(super::boxes::ValueKind::Lock);
     // SAFETY: every value of this type was made by Box::<Lock>::into_raw and
     // Redis calls free exactly once, when it drops the value.
     let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
@@ -352,7 +352,9 @@ fn free_held(mut lock: Box<Lock>, value: usize) {
         // An asynchronous flush (FLUSHALL ASYNC, a replica discarding a data
         // set after a diskless load) frees on a background thread, where the
         // main thread's registries must not be touched; its waiters were
-        // dealt with by the flush event, and nothing is counted.
+        // dealt with by the flush event, and nothing is counted but the
+        // holders gauge, apart from the main thread's count.
+        lock.clear_holders_off_main_thread();
         return;
     }
     // Waiters taken out when Redis unlinked the value (see `unlink`).
@@ -502,7 +504,7 @@ unsafe extern "C" fn copy(
         match unsafe { lock_ref(value.cast_mut()) } {
             // A copy has no waiters (they wait on the original) and no SESSION tie.
             Some(lock) => {
-                super::values::created(super::values::Kind::Lock);
+                super::boxes::value_created(super::boxes::ValueKind::Lock);
                 Box::into_raw(Box::new(lock.persistent_copy())).cast::<c_void>()
             }
             None => std::ptr::null_mut(),

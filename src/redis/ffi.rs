@@ -581,7 +581,7 @@ impl LockKey {
             drop(unsafe { Box::from_raw(value) });
             return Err(CommandError::StoreFailed);
         }
-        super::values::created(super::values::Kind::Lock);
+        super::boxes::value_created(super::boxes::ValueKind::Lock);
         // SAFETY: Redis now owns the box and keeps it alive while the key exists.
         Ok(unsafe { &mut *value })
     }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_module::raw;
 
 use super::ffi::api;
-use super::{awaiters, grace, multiwaiters, stats, tokens, values, waiters, watchers};
+use super::{awaiters, boxes, grace, multiwaiters, stats, tokens, waiters, watchers};
 
 /// The `INFO dlock` fields.
 fn fields() -> [(&'static str, u64); 16] {
@@ -73,8 +73,8 @@ fn watch_fields() -> [(&'static str, u64); 2] {
 fn gauge_fields() -> [(&'static str, u64); 8] {
     let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     [
-        ("locks", values::live(values::Kind::Lock)),
-        ("latches", values::live(values::Kind::Latch)),
+        ("locks", boxes::live_values(boxes::ValueKind::Lock)),
+        ("latches", boxes::live_values(boxes::ValueKind::Latch)),
         ("holders", crate::lock::live_holders()),
         ("grants_immediate", read(&stats::ACQUIRES)),
         ("grants_handoff", read(&stats::GRANTS_BY_HANDOFF)),

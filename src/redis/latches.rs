@@ -148,7 +148,7 @@ impl LatchKey {
             drop(unsafe { Box::from_raw(value) });
             return Err(CommandError::StoreFailed);
         }
-        super::values::created(super::values::Kind::Latch);
+        super::boxes::value_created(super::boxes::ValueKind::Latch);
         self.set_deadline(deadline_ms);
         // SAFETY: Redis now owns the box and keeps it alive while the key exists.
         Ok(unsafe { &mut *value })
@@ -240,7 +240,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         }
         match latch::decode(&mut RdbIo(rdb)).filter(|_| !raw::is_io_error(rdb)) {
             Some(latch) => {
-                super::values::created(super::values::Kind::Latch);
+                super::boxes::value_created(super::boxes::ValueKind::Latch);
                 Box::into_raw(Box::new(latch)).cast::<c_void>()
             }
             // Null makes Redis reject the payload instead of storing a corrupt latch.
@@ -297,7 +297,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     if value.is_null() {
         return;
     }
-    super::values::freed(super::values::Kind::Latch);
+    super::boxes::value_freed(super::boxes::ValueKind::Latch);
     // SAFETY: every value of this type was made by Box::<Latch>::into_raw
     // and Redis calls free exactly once, when it drops the value.
     let mut latch = unsafe { Box::from_raw(value.cast::<Latch>()) };
@@ -343,7 +343,7 @@ unsafe extern "C" fn copy(
         match unsafe { latch_ref(value.cast_mut()) } {
             // A copy has no awaiters: they await the original.
             Some(latch) => {
-                super::values::created(super::values::Kind::Latch);
+                super::boxes::value_created(super::boxes::ValueKind::Latch);
                 Box::into_raw(Box::new(latch.persistent_copy())).cast::<c_void>()
             }
             None => std::ptr::null_mut(),

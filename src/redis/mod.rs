@@ -26,7 +26,6 @@ pub mod timeouts;
 pub mod tokens;
 mod typeio;
 pub mod upkeep;
-pub mod values;
 pub mod waiters;
 mod wakeup;
 pub mod watchers;

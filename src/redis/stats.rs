@@ -311,3 +311,25 @@ pub fn count(event: Event) {
 fn increment(counter: &AtomicU64) {
     counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each wait lands in the first bucket whose bound (ms) it does not
+    /// pass; the buckets INFO shows are cumulative, the count is `+Inf`'s.
+    #[test]
+    fn waits_land_in_their_buckets() {
+        let (before, sum_before, count_before) = wait_histogram();
+        for waited_us in [0, 1_000, 1_001, 100_000, 250_000, 250_001, 31_000_000] {
+            record_wait(waited_us);
+        }
+        let (after, sum_after, count_after) = wait_histogram();
+        let added: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+        // le_1: 0 and 1 ms; le_5: +1.001 ms; le_250: +100 and 250 ms;
+        // le_1000: +250.001 ms; +Inf: +31 s.
+        assert_eq!(added, vec![2, 3, 3, 3, 5, 6, 6, 6, 7]);
+        assert_eq!(count_after - count_before, 7);
+        assert_eq!(sum_after - sum_before, 31_602);
+    }
+}
