@@ -276,12 +276,9 @@ fn during_an_async_load_the_replica_serves_its_old_locks_then_the_masters() {
     drop(load.master);
 }
 
-#[test]
-fn an_aborted_async_load_leaves_the_old_locks_and_nothing_else() {
-    // `short` ends its lease after the load has been aborted and the
-    // replica promoted.
-    let lease_ms = 12_000;
-    let started = std::time::Instant::now();
+/// An async load aborted by the master's death (its `short` lock with a
+/// lease of `lease_ms`), checked, and the replica promoted.
+fn aborted_async_load(lease_ms: u64) -> AsyncLoad {
     // A transfer of ~20 s: the load is certainly still running when the
     // master dies, whatever the machine's load.
     let mut load = start_async_load(lease_ms, 20_000);
@@ -307,10 +304,29 @@ fn an_aborted_async_load_leaves_the_old_locks_and_nothing_else() {
         .arg("ONE")
         .query(&mut load.replica_conn)
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_millis(lease_ms - 2_000),
-        "the setup outlived the lease it meant to watch"
-    );
+    load
+}
+
+#[test]
+fn an_aborted_async_load_leaves_the_old_locks_and_nothing_else() {
+    // `short` ends its lease after the load has been aborted and the
+    // replica promoted. On a machine so loaded that the setup outlives that
+    // lease, the attempt proves nothing and is made again.
+    let lease_ms = 12_000;
+    let mut attempts = 0;
+    let mut load = loop {
+        attempts += 1;
+        let started = std::time::Instant::now();
+        let load = aborted_async_load(lease_ms);
+        if started.elapsed() < Duration::from_millis(lease_ms - 2_000) {
+            break load;
+        }
+        assert!(
+            attempts < 3,
+            "the setup outlived the lease it meant to watch {attempts} times"
+        );
+        eprintln!("the setup outlived the lease it meant to watch: again");
+    };
     let before_handoffs = info_number(&mut load.replica_conn, "dlock", "dlock_handoffs");
     let before_expiries = info_number(&mut load.replica_conn, "dlock", "dlock_lease_expiries");
     let waiter = block_acquire(&load.replica, "short", "W", 60_000, 30_000);

@@ -151,6 +151,8 @@ type acquireConfig struct {
 	shared      bool
 	limit       int64
 	weight      int64
+	limitSet    bool // Limit was given (a limit below 1 is refused)
+	weightSet   bool // Weight was given (a weight below 1 is refused)
 	session     bool
 	fair        bool
 	ttl         time.Duration
@@ -165,13 +167,17 @@ type AcquireOption func(*acquireConfig)
 // Shared asks for a shared hold (a read lock, or a semaphore permit with Limit).
 func Shared() AcquireOption { return func(a *acquireConfig) { a.shared = true } }
 
-// Limit bounds the shared holders (SHARED LIMIT n); implies Shared.
+// Limit bounds the shared holders (SHARED LIMIT n, n >= 1); implies
+// Shared. A limit below 1 fails with ErrInvalidArgument.
 func Limit(n int64) AcquireOption {
-	return func(a *acquireConfig) { a.shared, a.limit = true, n }
+	return func(a *acquireConfig) { a.shared, a.limit, a.limitSet = true, n, true }
 }
 
-// Weight takes w permits of a Limit semaphore (WEIGHT w, 1 <= w <= limit).
-func Weight(w int64) AcquireOption { return func(a *acquireConfig) { a.weight = w } }
+// Weight takes w permits of a Limit semaphore (WEIGHT w, 1 <= w <= limit);
+// a weight out of that range fails with ErrInvalidArgument.
+func Weight(w int64) AcquireOption {
+	return func(a *acquireConfig) { a.weight, a.weightSet = w, true }
+}
 
 // Session ties the hold to the connection that got it (SESSION). The
 // connection is the shared pool's, or the wait's dedicated one, so the
@@ -186,7 +192,9 @@ func Fair() AcquireOption { return func(a *acquireConfig) { a.fair = true } }
 func TTL(d time.Duration) AcquireOption { return func(a *acquireConfig) { a.ttl = d } }
 
 // Owner sets the owner instead of a new UUID. Holds of one owner re-enter
-// the lock; keep it unique to one holder.
+// the lock; keep it unique to one holder. An owner is 1 to 512 bytes and
+// never "*" (the server would generate one the client does not know):
+// others fail with ErrInvalidArgument.
 func Owner(s string) AcquireOption { return func(a *acquireConfig) { a.owner = s } }
 
 // Replicas sends WAIT n timeout after the grant, on the grant's
@@ -297,7 +305,32 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	return rerr
 }
 
-var errNoKeys = errors.New("dlock: no keys")
+var errNoKeys = fmt.Errorf("%w: no keys", ErrInvalidArgument)
+
+// maxOwnerLen is the server's bound on an owner (R1.3).
+const maxOwnerLen = 512
+
+// check refuses a bad argument before anything is sent (R9.2): it is
+// never quietly changed into another value.
+func (cfg *acquireConfig) check() error {
+	switch {
+	case cfg.ttl <= 0:
+		return fmt.Errorf("%w: the lease must be positive, not %v", ErrInvalidArgument, cfg.ttl)
+	case cfg.limitSet && cfg.limit < 1:
+		return fmt.Errorf("%w: the limit must be at least 1, not %d", ErrInvalidArgument, cfg.limit)
+	case cfg.weightSet && cfg.weight < 1:
+		return fmt.Errorf("%w: the weight must be at least 1, not %d", ErrInvalidArgument, cfg.weight)
+	case cfg.weightSet && !cfg.limitSet:
+		return fmt.Errorf("%w: a weight needs a Limit (a semaphore)", ErrInvalidArgument)
+	case cfg.weightSet && cfg.weight > cfg.limit:
+		return fmt.Errorf("%w: the weight %d is above the limit %d", ErrInvalidArgument, cfg.weight, cfg.limit)
+	case cfg.owner == "*":
+		return fmt.Errorf("%w: the owner must not be \"*\"", ErrInvalidArgument)
+	case len(cfg.owner) > maxOwnerLen:
+		return fmt.Errorf("%w: an owner is at most %d bytes", ErrInvalidArgument, maxOwnerLen)
+	}
+	return nil
+}
 
 func (c *Client) acquire(ctx context.Context, keys []string, multi, wait bool, opts []AcquireOption) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
@@ -307,8 +340,8 @@ func (c *Client) acquire(ctx context.Context, keys []string, multi, wait bool, o
 		return nil, errNoKeys
 	}
 	cfg := c.config(opts)
-	if cfg.ttl <= 0 {
-		return nil, errors.New("dlock: the lease must be positive")
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	if multi {
 		if err := c.checkSlots(keys); err != nil {
@@ -491,15 +524,20 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 	}
 	if err != nil {
 		pool.put(w, err)
-		if !isServerError(err) && generated {
+		if isServerError(err) {
+			return nil, err
+		}
+		if generated {
 			c.releaseQuietly(keys, owner, cfg.shared)
 		}
-		return nil, err
+		// An I/O error (io.EOF from a stopped server, a timeout) names the
+		// key; errors.Is and errors.As still reach it.
+		return nil, fmt.Errorf("dlock: acquire %q: %w", keys[0], err)
 	}
 	if v == nil {
 		pool.put(w, nil)
 		if wait && block > 0 {
-			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, context.DeadlineExceeded)
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, keys[0], context.DeadlineExceeded)
 		}
 		return nil, ErrNotAcquired
 	}
@@ -540,7 +578,7 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 // also ErrNotAcquired when the deadline passed.
 func waitEnded(key string, ctx context.Context) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("dlock: %q: %w: %w", key, ErrNotAcquired, ctx.Err())
+		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
 	}
 	return fmt.Errorf("dlock: wait for %q: %w", key, ctx.Err())
 }

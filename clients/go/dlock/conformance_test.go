@@ -431,6 +431,8 @@ func errKind(err error) string {
 	switch {
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return "busy"
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return "invalid_argument"
 	case errors.Is(err, dlock.ErrLockLost):
 		return "lost"
 	case errors.Is(err, dlock.ErrDeadlock):
@@ -740,6 +742,12 @@ func (r *runner) run(ctx context.Context, op string, st map[string]any) (any, er
 			return v, nil
 		}
 		return out, nil
+	case "dlock_calls":
+		s, err := r.conn(str(st, "conn")).Info(ctx, "commandstats").Result()
+		if err != nil {
+			return nil, err
+		}
+		return dlockCalls(s), nil
 	case "restart_server":
 		port, _ := strconv.Atoi(r.srv.addr[strings.LastIndexByte(r.srv.addr, ':')+1:])
 		r.srv.stop()
@@ -755,6 +763,27 @@ func (r *runner) run(ctx context.Context, op string, st map[string]any) (any, er
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unknown op %q", op)
+}
+
+// dlockCalls sums calls and rejected_calls of every cmdstat_dlock.* line
+// of INFO commandstats: the DLOCK commands the server received.
+func dlockCalls(info string) int64 {
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_dlock.")
+		if !ok {
+			continue
+		}
+		_, stats, _ := strings.Cut(rest, ":")
+		for _, field := range strings.Split(stats, ",") {
+			name, value, _ := strings.Cut(field, "=")
+			if name == "calls" || name == "rejected_calls" {
+				n, _ := strconv.ParseInt(value, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
 }
 
 func leaderValue(ld dlock.Leader) any {
@@ -788,7 +817,7 @@ func waits(st map[string]any) bool {
 func (r *runner) acquire(ctx context.Context, op string, st map[string]any) (*dlock.Lock, error) {
 	c := r.client(str(st, "client"))
 	var opts []dlock.AcquireOption
-	if ms := intField(st, "lease_ms", 0); ms > 0 {
+	if ms, ok := num(st["lease_ms"]); ok {
 		opts = append(opts, dlock.TTL(time.Duration(ms)*time.Millisecond))
 	}
 	if st["fair"] == true {

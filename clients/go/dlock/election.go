@@ -78,7 +78,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error)
 
 func (e *Election) campaign(ctx context.Context, value string, wait bool) (*Lock, error) {
 	if value == "" || len(value) > 479 {
-		return nil, errors.New("dlock: an election value is 1 to 479 bytes")
+		return nil, fmt.Errorf("%w: an election value is 1 to 479 bytes", ErrInvalidArgument)
 	}
 	opts := append(append([]AcquireOption(nil), e.opts...), Owner(electionOwner(value)))
 	l, err := e.c.acquire(ctx, []string{e.key}, false, wait, opts)

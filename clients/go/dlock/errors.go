@@ -30,10 +30,13 @@ var (
 	ErrCrossSlot = errors.New("dlock: keys in different slots")
 	// ErrLatchBroken: the latch disappeared (ttl, DEL) without opening.
 	ErrLatchBroken = errors.New("dlock: latch vanished without opening")
-	// ErrNotLeader: Resign or Proclaim without leadership.
+	// ErrNotLeader: Resign without leadership.
 	ErrNotLeader = errors.New("dlock: not the leader")
 	// ErrUnsupported: the server lacks the command (an older module).
 	ErrUnsupported = errors.New("dlock: command not supported by the server")
+	// ErrInvalidArgument: a bad argument (owner "*", a lease, limit or
+	// weight out of range, no key), refused before anything is sent.
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
 )
 
 // ServerError is an error reply of the server. It matches ErrNotOwner,

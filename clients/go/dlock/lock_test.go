@@ -6,8 +6,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -646,5 +649,53 @@ func TestNoRetryWhenTheReplyIsLost(t *testing.T) {
 			t.Fatalf("blocking ACQUIRE forwarded %d times", got)
 		}
 		eventually(t, 5*time.Second, "no hold left", func() bool { return holders(t, direct, k) == 0 && waiting(t, direct, k) == 0 })
+	})
+}
+
+// Errors name the key once and say "dlock:" once; an I/O error of a wait
+// (the server stopped) names its key and still matches with errors.Is.
+func TestWaitErrorsNameTheKey(t *testing.T) {
+	eachServer(t, func(t *testing.T, s *server) {
+		ctx := context.Background()
+		own, err := startServer(s.name, s.bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer own.stop()
+		rdb := redis.NewClient(&redis.Options{Addr: own.addr})
+		defer rdb.Close()
+		c := dlock.New(rdb)
+		defer c.Close()
+		k := key(t, "k")
+		if _, err := c.TryAcquire(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err = c.Acquire(dctx, k)
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a wait past its deadline: %v", err)
+		}
+		if msg := err.Error(); strings.Count(msg, "dlock:") != 1 || strings.Count(msg, strconv.Quote(k)) != 1 {
+			t.Fatalf("the message repeats itself or misses the key: %s", msg)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Acquire(ctx, k)
+			done <- err
+		}()
+		eventually(t, 5*time.Second, "a waiter", func() bool { return waiting(t, rdb, k) == 1 })
+		own.stop()
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the wait outlived its server")
+		}
+		if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("not the connection's error: %v", err)
+		}
+		if !strings.Contains(err.Error(), strconv.Quote(k)) {
+			t.Fatalf("the error does not name the key: %v", err)
+		}
 	})
 }

@@ -83,16 +83,14 @@ func TestSemaphore(t *testing.T) {
 			t.Fatal(err)
 		}
 		// a done context fails even with free permits; a request above the
-		// size waits for the context
+		// size is refused at once (R9.2), unlike semaphore.Weighted's wait
 		sem.Release(1)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		if err := sem.Acquire(cctx, 1); !errors.Is(err, context.Canceled) {
 			t.Fatalf("done ctx: %v", err)
 		}
-		tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		defer tcancel()
-		if err := sem.Acquire(tctx, 3); !errors.Is(err, context.DeadlineExceeded) {
+		if err := sem.Acquire(ctx, 3); !errors.Is(err, dlock.ErrInvalidArgument) {
 			t.Fatalf("above the size: %v", err)
 		}
 		sem.Release(1)
@@ -319,6 +317,49 @@ func TestElection(t *testing.T) {
 		e2.Resign(ctx)
 		ocancel()
 		for range obs {
+		}
+	})
+}
+
+// Bad limits, weights and owners are refused before anything is sent
+// (R9.2): no key is created, and errors.Is matches ErrInvalidArgument.
+func TestBadArgumentsAreRefused(t *testing.T) {
+	eachServer(t, func(t *testing.T, s *server) {
+		ctx := context.Background()
+		c, rdb := newClient(t, s)
+		k := key(t, "k")
+		bad := map[string][]dlock.AcquireOption{
+			"Limit(0)":             {dlock.Limit(0)},
+			"Limit(-1)":            {dlock.Limit(-1)},
+			"Weight(0)":            {dlock.Limit(3), dlock.Weight(0)},
+			"Weight(-2)":           {dlock.Limit(3), dlock.Weight(-2)},
+			"Weight above Limit":   {dlock.Limit(2), dlock.Weight(3)},
+			"Weight without Limit": {dlock.Weight(2)},
+			"Owner(*)":             {dlock.Owner("*")},
+			"TTL(0)":               {dlock.TTL(0)},
+			"TTL(-5s)":             {dlock.TTL(-5 * time.Second)},
+		}
+		for name, opts := range bad {
+			if _, err := c.TryAcquire(ctx, k, opts...); !errors.Is(err, dlock.ErrInvalidArgument) {
+				t.Errorf("TryAcquire with %s: %v", name, err)
+			}
+			if _, err := c.Acquire(ctx, k, opts...); !errors.Is(err, dlock.ErrInvalidArgument) {
+				t.Errorf("Acquire with %s: %v", name, err)
+			}
+		}
+		for _, n := range []int64{0, -2} {
+			if err := c.Semaphore(k, 3).Acquire(ctx, n); !errors.Is(err, dlock.ErrInvalidArgument) {
+				t.Errorf("Semaphore(k, 3).Acquire(%d): %v", n, err)
+			}
+		}
+		if err := c.Semaphore(k, 0).Acquire(ctx, 1); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("Semaphore(k, 0): %v", err)
+		}
+		if c.Semaphore(k, 0).TryAcquire(1) {
+			t.Error("Semaphore(k, 0).TryAcquire(1) granted")
+		}
+		if n, err := rdb.Exists(ctx, k).Result(); err != nil || n != 0 {
+			t.Fatalf("a bad call reached the server: exists=%d %v", n, err)
 		}
 	})
 }

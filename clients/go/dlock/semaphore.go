@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -34,9 +35,10 @@ func (s *Semaphore) options(n int64) []AcquireOption {
 }
 
 // Acquire waits for n permits until ctx is done; on failure it returns
-// ctx's error and takes nothing. As with semaphore.Weighted, a request for
-// more than the size waits for ctx and fails with its error, and an
-// already-done ctx fails even when permits are free.
+// ctx's error and takes nothing. An already-done ctx fails even when
+// permits are free, as with semaphore.Weighted; unlike it, a size or an n
+// below 1, or n above the size, fails at once with ErrInvalidArgument
+// (semaphore.Weighted would wait for ctx, or grant 0 permits).
 func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 	_, err := s.AcquirePermit(ctx, n)
 	return err
@@ -45,9 +47,8 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 // AcquirePermit is Acquire returning the hold (token, Context); give it
 // back with its Release or with Semaphore.Release(n).
 func (s *Semaphore) AcquirePermit(ctx context.Context, n int64) (*Lock, error) {
-	if n > s.size {
-		<-ctx.Done()
-		return nil, ctx.Err()
+	if err := s.check(n); err != nil {
+		return nil, err
 	}
 	l, err := s.c.acquire(ctx, []string{s.key}, false, true, s.options(n))
 	if err != nil {
@@ -67,6 +68,19 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 	return err == nil
 }
 
+// check refuses a size or a request out of range before anything is sent.
+func (s *Semaphore) check(n int64) error {
+	switch {
+	case s.size < 1:
+		return fmt.Errorf("%w: a semaphore's size must be at least 1, not %d", ErrInvalidArgument, s.size)
+	case n < 1:
+		return fmt.Errorf("%w: take at least 1 permit, not %d", ErrInvalidArgument, n)
+	case n > s.size:
+		return fmt.Errorf("%w: %d permits of a semaphore of %d", ErrInvalidArgument, n, s.size)
+	}
+	return nil
+}
+
 func (s *Semaphore) push(n int64, l *Lock) {
 	s.mu.Lock()
 	s.held[n] = append(s.held[n], l)
@@ -75,8 +89,8 @@ func (s *Semaphore) push(n int64, l *Lock) {
 
 // TryAcquirePermit is TryAcquire returning the hold, or ErrNotAcquired.
 func (s *Semaphore) TryAcquirePermit(ctx context.Context, n int64) (*Lock, error) {
-	if n > s.size {
-		return nil, ErrNotAcquired
+	if err := s.check(n); err != nil {
+		return nil, err
 	}
 	l, err := s.c.acquire(ctx, []string{s.key}, false, false, s.options(n))
 	if err != nil {

@@ -174,7 +174,10 @@ export class Dlock implements AsyncDisposable {
     return this.acquire(key, { ...options, shared: false, limit: undefined });
   }
 
-  /** A semaphore of `limit` permits on `key` (weights with `acquire({ weight })`). */
+  /**
+   * A semaphore of `limit` permits on `key` (weights with `acquire({ weight })`).
+   * A limit that is not a whole number of at least 1 throws a RangeError.
+   */
   semaphore(key: string, limit: number): Semaphore {
     return new Semaphore(this, key, limit);
   }
@@ -233,8 +236,7 @@ export class Dlock implements AsyncDisposable {
     signal?.throwIfAborted();
     if (keys.length === 0) throw new DlockError("no key to lock");
     const ttl = options.ttl ?? this.options.ttl;
-    if (!Number.isSafeInteger(ttl) || ttl <= 0)
-      throw new DlockError(`invalid ttl ${ttl}: a positive integer of ms`);
+    checkArguments(keys, ttl, options);
     if (multi && options.fair) throw new DlockError("fair is for single keys");
     const generated = options.owner === undefined;
     const keepsPlace = generated && options.fair === true && !multi;
@@ -442,4 +444,54 @@ function readGrants(reply: Reply, multi: boolean): GrantText[] | null {
   if (!multi) return [toGrantText(reply, "DLOCK.ACQUIRE")];
   if (!Array.isArray(reply)) throw new UnexpectedReplyError("DLOCK.MACQUIRE: expected an array");
   return reply.map((grant) => toGrantText(grant, "DLOCK.MACQUIRE"));
+}
+
+/** The longest owner, bytes (R1.3). */
+const MAX_OWNER_BYTES = 512;
+
+function typeName(value: unknown): string {
+  return value === null ? "null" : typeof value;
+}
+
+/**
+ * R9.2: a bad argument is refused before anything is sent, with a
+ * TypeError (not a string, not a number) or a RangeError (out of range),
+ * as node-redis refuses a key that is not a string; never quietly changed
+ * into another value (ioredis would send `null` as "" and 42 as "42").
+ */
+function checkArguments(keys: readonly unknown[], ttl: unknown, options: AcquireOptions): void {
+  for (const key of keys) {
+    if (typeof key !== "string")
+      throw new TypeError(`dlock: a key is a string, not ${typeName(key)}`);
+  }
+  if (typeof ttl !== "number")
+    throw new TypeError(`dlock: ttl is a number of ms, not ${typeName(ttl)}`);
+  if (!Number.isSafeInteger(ttl) || ttl <= 0)
+    throw new RangeError(`dlock: invalid ttl ${ttl}: a whole number of ms, 1 to 2^53-1`);
+  const { owner, wait, limit, weight } = options as Record<string, unknown>;
+  if (owner !== undefined) {
+    if (typeof owner !== "string")
+      throw new TypeError(`dlock: an owner is a string, not ${typeName(owner)}`);
+    const bytes = Buffer.byteLength(owner);
+    if (owner === "*" || bytes < 1 || bytes > MAX_OWNER_BYTES)
+      throw new RangeError(`dlock: an owner is 1 to ${MAX_OWNER_BYTES} bytes and not "*"`);
+  }
+  if (wait !== undefined) {
+    if (typeof wait !== "number")
+      throw new TypeError(`dlock: wait is a number of ms, not ${typeName(wait)}`);
+    if (Number.isNaN(wait) || wait < 0)
+      throw new RangeError(`dlock: invalid wait ${wait}: 0 or more ms`);
+  }
+  if (
+    limit !== undefined &&
+    (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1)
+  )
+    throw new RangeError(`dlock: invalid limit ${String(limit)}: a whole number, at least 1`);
+  if (weight !== undefined) {
+    if (typeof weight !== "number" || !Number.isSafeInteger(weight) || weight < 1)
+      throw new RangeError(`dlock: invalid weight ${String(weight)}: a whole number, at least 1`);
+    if (limit === undefined) throw new RangeError("dlock: a weight needs a limit (a semaphore)");
+    if (weight > (limit as number))
+      throw new RangeError(`dlock: the weight ${weight} is above the limit ${String(limit)}`);
+  }
 }

@@ -3,7 +3,6 @@
  *
  * @module
  */
-import { DlockError } from "./errors.js";
 import type { AcquireOptions, Dlock } from "./dlock.js";
 import { ABORTED, raceAbort } from "./abort.js";
 import type { Lease } from "./lease.js";
@@ -24,7 +23,8 @@ export class Semaphore {
     readonly key: string,
     readonly limit: number,
   ) {
-    if (!Number.isSafeInteger(limit) || limit < 1) throw new DlockError(`invalid limit ${limit}`);
+    if (!Number.isSafeInteger(limit) || limit < 1)
+      throw new RangeError(`dlock: invalid limit ${limit}: a whole number, at least 1`);
   }
 
   /** Takes a permit (`weight` permits with `options.weight`); rejects with LockBusyError when busy. */

@@ -11,6 +11,7 @@
 import { DlockError, ServerError, TimeoutError, fromReplyError } from "./errors.js";
 import { performance } from "node:perf_hooks";
 import { slotOf } from "./slots.js";
+import { MAX_TIMER_MS } from "./watchdog.js";
 import type { Connection, RedisArg, Reply, Transport } from "./transport.js";
 
 /** A command in flight: when it must have been answered (Infinity: no timeout). */
@@ -94,7 +95,11 @@ export class Tracked {
   private arm(at: number): void {
     if (this.timer) clearTimeout(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(() => this.check(), Math.max(0, at - performance.now()));
+    // At most MAX_TIMER_MS ahead (a longer delay fires at once): check re-arms.
+    this.timer = setTimeout(
+      () => this.check(),
+      Math.min(MAX_TIMER_MS, Math.max(0, at - performance.now())),
+    );
     // The socket is ref'd while a command is in flight: that keeps the process alive.
     this.timer.unref();
   }

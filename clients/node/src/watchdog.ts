@@ -5,6 +5,9 @@
  */
 import { performance } from "node:perf_hooks";
 
+/** The longest delay a Node timer holds (2^31-1 ms, 24.8 days): a longer one fires after 1 ms. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** @internal Something the watchdog wakes at a time of its choosing (a lease). */
 export interface Watched {
   /** When it is to be woken (monotonic ms, `performance.now()`); set by the watchdog. */
@@ -63,7 +66,10 @@ export class Watchdog {
   private arm(at: number): void {
     if (this.timer) clearTimeout(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(this.fire, Math.max(0, at - performance.now()));
+    // A delay above what a timer holds would fire at once, again and again:
+    // the timer wakes at most MAX_TIMER_MS ahead and re-arms (fire checks
+    // what is due).
+    this.timer = setTimeout(this.fire, Math.min(MAX_TIMER_MS, Math.max(0, at - performance.now())));
     this.timer.unref();
   }
 

@@ -106,6 +106,7 @@ function kindOf(err: unknown): string {
   if (err instanceof TimeoutError) return "timeout";
   if (err instanceof ServerError)
     return err.code === "WRONGTYPE" ? "wrongtype" : `server:${err.code}`;
+  if (err instanceof RangeError || err instanceof TypeError) return "invalid_argument";
   return `other:${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`;
 }
 
@@ -567,6 +568,21 @@ class Runner {
         if (field === undefined) return { ok: true, value: map };
         if (!(field in map)) throw new Error(`INFO dlock has no ${field}`);
         return { ok: true, value: map[field] as Value };
+      }
+      case "dlock_calls": {
+        // The DLOCK commands the server received: calls and rejected_calls of cmdstat_dlock.*.
+        const conn = await this.raw((step["conn"] as string | undefined) ?? "admin");
+        const text = String(await conn.call(["INFO", "commandstats"]));
+        let total = 0n;
+        for (const line of text.split("\n")) {
+          const trimmed = line.trim();
+          if (!trimmed.startsWith("cmdstat_dlock.")) continue;
+          for (const field of trimmed.slice(trimmed.indexOf(":") + 1).split(",")) {
+            const [name, value] = field.split("=");
+            if (name === "calls" || name === "rejected_calls") total += BigInt(value ?? "0");
+          }
+        }
+        return { ok: true, value: total };
       }
       case "restart_server": {
         for (const conn of this.conns.values()) conn.close();

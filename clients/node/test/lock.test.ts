@@ -325,6 +325,41 @@ for (const kind of serverKinds()) {
             async () => (await server.info(k("session"))) === null,
           );
         });
+
+        it("refuses a key that is not a string before sending, as node-redis does (R9.2)", async () => {
+          for (const key of [null, undefined, 42]) {
+            await assert.rejects(dlock.acquire(key as unknown as string), TypeError);
+            await assert.rejects(dlock.tryAcquire(key as unknown as string), TypeError);
+            await assert.rejects(dlock.acquireMany([k("m"), key as unknown as string]), TypeError);
+          }
+          for (const ghost of ["", "null", "undefined", "42"])
+            assert.equal(await server.info(ghost), null);
+          assert.equal(await server.info(k("m")), null);
+        });
+
+        it("holds a ttl and a wait above what a timer holds without a 1 ms timer (R9.2)", async () => {
+          // 200 days of lease (ttl / 3 above 2^31-1 ms) and 30 days of wait
+          // (the read timeout above it): Node would fire such a timer after
+          // 1 ms, again and again, with a TimeoutOverflowWarning each time.
+          const warnings: Error[] = [];
+          const onWarning = (warning: Error) => {
+            if (warning.name === "TimeoutOverflowWarning") warnings.push(warning);
+          };
+          process.on("warning", onWarning);
+          try {
+            const day = 24 * 3600 * 1000;
+            const lease = await dlock.acquire(k("long"), { ttl: 200 * day, wait: 30 * day });
+            const info = await server.info(k("long"));
+            assert.ok(Number(info?.["pttl"]) > 199 * day);
+            await sleep(100);
+            assert.equal(lease.held, true);
+            await lease.release();
+            await sleep(10);
+          } finally {
+            process.off("warning", onWarning);
+          }
+          assert.deepEqual(warnings, []);
+        });
       });
     }
   });

@@ -6,6 +6,7 @@ same replies the same way."""
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -63,6 +64,39 @@ def seconds_to_ms(seconds: Number) -> int:
     return max(1, int(seconds * 1000))
 
 
+# The largest lease every client and the server hold exactly (R2.1).
+MAX_LEASE_MS = 2**53 - 1
+# An owner is 1 to 512 bytes (R1.3).
+MAX_OWNER_LEN = 512
+
+
+def lease_to_ms(seconds: Number) -> int:
+    """A lease in whole milliseconds: refused (ValueError, TypeError)
+    unless it is 1 ms to 2^53-1 ms, never changed into another value
+    (R9.2)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"a lease is a number of seconds, not {type(seconds).__name__}")
+    if not math.isfinite(seconds) or seconds * 1000 < 1:
+        raise ValueError(f"a lease must be at least 1 ms, not {seconds!r} s")
+    ms = int(seconds * 1000)
+    if ms > MAX_LEASE_MS:
+        raise ValueError(f"a lease must be at most 2^53-1 ms, not {seconds!r} s")
+    return ms
+
+
+def check_owner(owner: bytes) -> None:
+    """R1.3: never send ``*`` (the server would generate an owner the
+    client does not know) nor an owner outside 1 to 512 bytes."""
+    if owner == b"*" or not 1 <= len(owner) <= MAX_OWNER_LEN:
+        raise ValueError(f"an owner is 1 to {MAX_OWNER_LEN} bytes and not '*'")
+
+
+def check_keys(keys: Sequence[Any]) -> None:
+    """A key is never None (redis-py would send it as nothing at all)."""
+    if any(key is None for key in keys):
+        raise TypeError("a key must be str or bytes, not None")
+
+
 def as_bytes(value: Any) -> bytes:
     if isinstance(value, bytes):
         return value
@@ -87,6 +121,8 @@ def acquire_args(
     weight: Optional[int] = None,
 ) -> List[Any]:
     """The command that asks for a hold (one key, or all of ``keys``)."""
+    check_keys(keys)
+    check_owner(owner)
     if multi:
         args: List[Any] = ["DLOCK.MACQUIRE", len(keys), *keys, owner, ttl_ms]
     else:

@@ -263,7 +263,7 @@ class Lock:
 
     def _lease_ms(self) -> int:
         # redis-py: a timeout of 0 or None means no expiry; here, a renewed lease.
-        return _core.seconds_to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+        return _core.lease_to_ms(self.timeout if self.timeout else self.watchdog_timeout)
 
     # -- per-thread state ------------------------------------------------
 

@@ -217,7 +217,7 @@ class Lock:
         return [self.name]
 
     def _lease_ms(self) -> int:
-        return _core.seconds_to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+        return _core.lease_to_ms(self.timeout if self.timeout else self.watchdog_timeout)
 
     def _hold(self) -> Optional[_Hold]:
         hold = self.local.hold

@@ -92,7 +92,24 @@ def kind_of(error: BaseException) -> str:
     if isinstance(error, ResponseError):
         code = str(error).split(" ", 1)[0]
         return "wrongtype" if code == "WRONGTYPE" else f"server:{code}"
+    if isinstance(error, (ValueError, TypeError)):
+        return "invalid_argument"
     return f"other:{type(error).__name__}: {error}"
+
+
+def dlock_calls(commandstats: str) -> int:
+    """The DLOCK commands the server received: calls and rejected_calls of
+    every ``cmdstat_dlock.*`` line of INFO commandstats."""
+    total = 0
+    for line in commandstats.splitlines():
+        name, _, stats = line.strip().partition(":")
+        if not name.startswith("cmdstat_dlock."):
+            continue
+        for field in stats.split(","):
+            key, _, value = field.partition("=")
+            if key in ("calls", "rejected_calls"):
+                total += int(value)
+    return total
 
 
 def to_json(value: Any) -> Any:
@@ -320,7 +337,10 @@ class Runner:
         raise Failure(f"unknown kind {kind}")
 
     async def acquire(self, step: Dict[str, Any]) -> Any:
-        lock, multi = self.make_lock(step)
+        try:
+            lock, multi = self.make_lock(step)
+        except (ValueError, TypeError) as error:
+            raise StepError(kind_of(error)) from None
         token = self.text(step["owner"]) if "owner" in step else None
         if step.get("wait_forever"):
             blocking, timeout = True, None
@@ -330,7 +350,7 @@ class Runner:
             blocking, timeout = False, None
         try:
             granted = await lock.acquire(blocking=blocking, blocking_timeout=timeout, token=token)
-        except (ResponseError, LockError) as error:
+        except (ResponseError, LockError, ValueError, TypeError) as error:
             raise StepError(kind_of(error)) from None
         if not granted:
             raise StepError("busy")
@@ -491,6 +511,9 @@ class Runner:
                 return None
             reply = to_json(reply)
             return {reply[i]: reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+        if op == "dlock_calls":
+            text = to_json(await self.raw(step.get("conn", "admin")).execute_command("INFO", "commandstats"))
+            return dlock_calls(text)
         if op == "info_dlock":
             text = to_json(await self.raw(step.get("conn", "admin")).execute_command("INFO", "dlock"))
             values: Dict[str, Any] = {}

@@ -481,3 +481,41 @@ def test_a_wait_outlasts_the_clients_socket_timeout(server, key):
     waiter.release()
     # The pool's connections are back to the client's own timeout.
     assert r.ping()
+
+
+def dlock_calls(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(
+        value.get("calls", 0) + value.get("rejected_calls", 0)
+        for name, value in stats.items()
+        if name.startswith("cmdstat_dlock.")
+    )
+
+
+@pytest.mark.parametrize(
+    "options, acquire, error",
+    [
+        ({}, {"token": "*"}, ValueError),
+        ({}, {"token": "x" * 513}, ValueError),
+        ({"watchdog_timeout": 0}, {}, ValueError),
+        ({"watchdog_timeout": -5}, {}, ValueError),
+        ({"watchdog_timeout": 2**53 / 1000}, {}, ValueError),
+        ({"watchdog_timeout": "30"}, {}, TypeError),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_sent(r, key, options, acquire, error):
+    """R9.2 in the sync API (the conformance suite runs the asyncio one)."""
+    before = dlock_calls(r)
+    with pytest.raises(error):
+        dlock.Lock(r, key, **options).acquire(blocking=False, **acquire)
+    assert dlock_calls(r) == before
+    assert info(r, key) is None
+
+
+def test_a_null_key_is_refused_before_anything_is_sent(r):
+    before = dlock_calls(r)
+    with pytest.raises(TypeError):
+        dlock.Lock(r, None).acquire(blocking=False)
+    with pytest.raises(TypeError):
+        dlock.MultiLock(r, ["a", None]).acquire(blocking=False)
+    assert dlock_calls(r) == before

@@ -361,6 +361,13 @@ impl LockBuilder {
                 "the lease must be at least 1 ms".into(),
             ));
         }
+        // The server's and every client's integers hold a lease up to
+        // 2^53-1 ms exactly: a longer one is refused, never shortened.
+        if self.lease > Duration::from_millis((1 << 53) - 1) {
+            return Err(Error::InvalidArgument(
+                "the lease must be at most 2^53-1 ms".into(),
+            ));
+        }
         if self.limit == Some(0) {
             return Err(Error::InvalidArgument(
                 "the limit must be at least 1".into(),

@@ -82,10 +82,13 @@ struct Step {
     kind: Option<String>,
     key: Option<String>,
     keys: Option<Vec<String>>,
-    limit: Option<u32>,
-    weight: Option<u32>,
-    lease_ms: Option<u64>,
-    wait_ms: Option<u64>,
+    // Numbers a client must refuse (`bad_input`) may be negative or not
+    // whole: read as JSON numbers, turned into the client's types by
+    // `expressible`.
+    limit: Option<serde_json::Number>,
+    weight: Option<serde_json::Number>,
+    lease_ms: Option<serde_json::Number>,
+    wait_ms: Option<serde_json::Number>,
     #[serde(default)]
     wait_forever: bool,
     #[serde(default)]
@@ -178,6 +181,28 @@ struct Runner {
     vars: HashMap<String, Json>,
 }
 
+/// A step's number as the client's type (`u32`, `u64`): a value the type
+/// cannot hold (negative, not whole) is a scenario this runner must skip.
+fn expressible<T: TryFrom<u64>>(number: &serde_json::Number) -> Result<T, String> {
+    number
+        .as_u64()
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| format!("{number} cannot be expressed in Rust: skip the scenario"))
+}
+
+/// `INFO commandstats`: the DLOCK commands the server received (`calls`
+/// plus `rejected_calls` of every `cmdstat_dlock.*` line).
+fn dlock_calls(text: &str) -> i64 {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("cmdstat_dlock."))
+        .flat_map(|line| line.split_once(':').map(|(_, stats)| stats).into_iter())
+        .flat_map(|stats| stats.split(','))
+        .filter_map(|field| field.split_once('='))
+        .filter(|(name, _)| *name == "calls" || *name == "rejected_calls")
+        .filter_map(|(_, value)| value.parse::<i64>().ok())
+        .sum()
+}
+
 fn kind_of(error: &Error) -> String {
     match error {
         Error::Busy => "busy".into(),
@@ -186,6 +211,7 @@ fn kind_of(error: &Error) -> String {
         Error::NotOwner(_) => "not_owner".into(),
         Error::WrongType(_) => "wrongtype".into(),
         Error::Timeout => "timeout".into(),
+        Error::InvalidArgument(_) => "invalid_argument".into(),
         Error::Server { code, .. } => format!("server:{code}"),
         other => format!("other:{other}"),
     }
@@ -513,9 +539,10 @@ impl Runner {
             "campaign" => {
                 let election = self.election(step).await?;
                 let identity = self.text(step.identity.as_deref().ok_or("no identity")?)?;
-                let wait = match (step.wait_forever, step.wait_ms) {
+                let wait = match (step.wait_forever, &step.wait_ms) {
                     (true, _) => None,
-                    (false, ms) => Some(Duration::from_millis(ms.unwrap_or(0))),
+                    (false, Some(ms)) => Some(Duration::from_millis(expressible(ms)?)),
+                    (false, None) => Some(Duration::ZERO),
                 };
                 Ok(Task::Campaign(tokio::spawn(async move {
                     match wait {
@@ -535,18 +562,20 @@ impl Runner {
             "lock" => client.lock(key()?),
             "read" => client.read_lock(key()?),
             "write" => client.write_lock(key()?),
-            "semaphore" => client.semaphore(key()?, step.limit.ok_or("no limit")?),
+            "semaphore" => {
+                client.semaphore(key()?, expressible(step.limit.as_ref().ok_or("no limit")?)?)
+            }
             "multi" => client.multi_lock(step.keys.clone().ok_or("no keys")?),
             other => return Err(format!("unknown kind {other}")),
         };
-        if let Some(weight) = step.weight {
-            builder = builder.weight(weight);
+        if let Some(weight) = &step.weight {
+            builder = builder.weight(expressible(weight)?);
         }
-        if let Some(ms) = step.lease_ms {
-            builder = builder.lease(Duration::from_millis(ms));
+        if let Some(ms) = &step.lease_ms {
+            builder = builder.lease(Duration::from_millis(expressible(ms)?));
         }
-        if let Some(ms) = step.wait_ms {
-            builder = builder.wait(Duration::from_millis(ms));
+        if let Some(ms) = &step.wait_ms {
+            builder = builder.wait(Duration::from_millis(expressible(ms)?));
         }
         if step.wait_forever {
             builder = builder.wait_forever();
@@ -566,8 +595,8 @@ impl Runner {
     async fn election(&mut self, step: &Step) -> Result<dlock_client::Election, String> {
         let client = self.client(&step.client).await?;
         let mut election = client.election(step.key.clone().ok_or("no key")?);
-        if let Some(ms) = step.lease_ms {
-            election = election.lease(Duration::from_millis(ms));
+        if let Some(ms) = &step.lease_ms {
+            election = election.lease(Duration::from_millis(expressible(ms)?));
         }
         Ok(election)
     }
@@ -815,6 +844,16 @@ impl Runner {
                         .ok_or_else(|| format!("INFO dlock has no {field}"))?,
                     None => Json::Object(map),
                 }))
+            }
+            "dlock_calls" => {
+                let conn_name = step.conn.clone().unwrap_or_else(|| "admin".into());
+                let mut conn = self.raw(&conn_name).await?;
+                let text: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| format!("INFO commandstats: {e}"))?;
+                Ok(Ok(Json::from(dlock_calls(&text))))
             }
             "restart_server" => {
                 self.conns.clear();

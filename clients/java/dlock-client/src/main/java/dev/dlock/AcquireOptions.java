@@ -1,7 +1,6 @@
 package dev.dlock;
 
 import java.time.Duration;
-import java.util.Objects;
 
 /**
  * Every option of one acquisition through the handle API; immutable, each setter returns a copy.
@@ -37,7 +36,7 @@ public final class AcquireOptions {
      * @return a copy
      */
     public AcquireOptions waitFor(Duration wait) {
-        return new AcquireOptions(wait.isNegative() ? 0 : Math.max(wait.isZero() ? 0 : 1, wait.toNanos()), lease, renewed, owner, session);
+        return new AcquireOptions(Arguments.waitNanos(wait), lease, renewed, owner, session);
     }
 
     /** @return a copy that waits without end ({@code BLOCK 0}) */
@@ -50,9 +49,7 @@ public final class AcquireOptions {
      * @return a copy
      */
     public AcquireOptions lease(Duration lease) {
-        if (lease.toMillis() < 1) {
-            throw new IllegalArgumentException("lease must be at least 1 ms");
-        }
+        Arguments.leaseMs(lease);
         return new AcquireOptions(waitNanos, lease, renewed, owner, session);
     }
 
@@ -73,11 +70,12 @@ public final class AcquireOptions {
      * An owner of the caller's own instead of a new UUID: the same owner re-enters a lock it
      * holds. Keep it unique to one holder.
      *
-     * @param owner 1 to 512 bytes
+     * @param owner 1 to 512 bytes, not {@code *}
      * @return a copy
+     * @throws IllegalArgumentException for {@code *} or an owner outside 1 to 512 bytes
      */
     public AcquireOptions owner(String owner) {
-        return new AcquireOptions(waitNanos, lease, renewed, Objects.requireNonNull(owner), session);
+        return new AcquireOptions(waitNanos, lease, renewed, Arguments.owner(owner), session);
     }
 
     /**

@@ -157,7 +157,7 @@ public final class DLockClient implements AutoCloseable {
      * @return the lock
      */
     public DReadWriteLock getReadWriteLock(String key) {
-        return new DReadWriteLock(this, key);
+        return new DReadWriteLock(this, Arguments.key(key));
     }
 
     /**
@@ -169,7 +169,7 @@ public final class DLockClient implements AutoCloseable {
      * @return the semaphore
      */
     public DSemaphore getSemaphore(String key, long permits) {
-        return new DSemaphore(this, key, permits);
+        return new DSemaphore(this, Arguments.key(key), permits);
     }
 
     /**
@@ -183,6 +183,9 @@ public final class DLockClient implements AutoCloseable {
         if (keys.length == 0) {
             throw new IllegalArgumentException("at least one key");
         }
+        for (String key : keys) {
+            Arguments.key(key);
+        }
         return new DLockImpl(this, Arrays.asList(keys), false, false, 0, 0, new ThreadOwners());
     }
 
@@ -193,7 +196,7 @@ public final class DLockClient implements AutoCloseable {
      * @return the latch
      */
     public DCountDownLatch getCountDownLatch(String key) {
-        return new DCountDownLatch(this, key);
+        return new DCountDownLatch(this, Arguments.key(key));
     }
 
     /**
@@ -203,7 +206,7 @@ public final class DLockClient implements AutoCloseable {
      * @return the election
      */
     public DElection getElection(String key) {
-        return new DElection(this, key);
+        return new DElection(this, Arguments.key(key));
     }
 
     /** Stops the watchdog (live holds are reported lost) and closes the transport. Idempotent. */

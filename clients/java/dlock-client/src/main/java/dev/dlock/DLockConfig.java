@@ -91,9 +91,7 @@ public final class DLockConfig {
          * @return this builder
          */
         public Builder defaultLease(Duration lease) {
-            if (lease.toMillis() < 1) {
-                throw new IllegalArgumentException("lease must be at least 1 ms");
-            }
+            Arguments.leaseMs(lease);
             this.defaultLease = lease;
             return this;
         }

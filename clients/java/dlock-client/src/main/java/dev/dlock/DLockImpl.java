@@ -114,7 +114,11 @@ class DLockImpl implements DLock {
     }
 
     private static long nanos(long time, TimeUnit unit) {
-        return time <= 0 ? 0 : Math.max(1, unit.toNanos(time));
+        if (time <= 0) {
+            return 0;
+        }
+        // 100 years or more: without end (a deadline in nanoseconds could overflow).
+        return unit.toDays(time) >= 100L * 365 ? FOREVER : Math.max(1, unit.toNanos(time));
     }
 
     @Override
@@ -124,7 +128,7 @@ class DLockImpl implements DLock {
 
     @Override
     public void lock(long leaseTime, TimeUnit unit) {
-        lockUninterruptibly(unit.toMillis(leaseTime));
+        lockUninterruptibly(Arguments.leaseMs(leaseTime, unit));
     }
 
     private void lockUninterruptibly(long leaseMs) {
@@ -142,7 +146,7 @@ class DLockImpl implements DLock {
 
     @Override
     public void lockInterruptibly(long leaseTime, TimeUnit unit) throws InterruptedException {
-        lockFor(FOREVER, unit.toMillis(leaseTime), true);
+        lockFor(FOREVER, Arguments.leaseMs(leaseTime, unit), true);
     }
 
     @Override
@@ -161,7 +165,8 @@ class DLockImpl implements DLock {
 
     @Override
     public boolean tryLock(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
-        return lockFor(nanos(waitTime, unit), unit.toMillis(leaseTime), true);
+        long leaseMs = Arguments.leaseMs(leaseTime, unit);
+        return lockFor(nanos(waitTime, unit), leaseMs, true);
     }
 
     @Override
@@ -287,7 +292,7 @@ class DLockImpl implements DLock {
 
     @Override
     public Lease acquire(Duration wait) throws InterruptedException {
-        Lease lease = acquireLease(defaultRequest(), wait.isNegative() ? 0 : wait.toNanos());
+        Lease lease = acquireLease(defaultRequest(), Arguments.waitNanos(wait));
         if (lease == null) {
             throw new LockBusyException(getName());
         }
@@ -296,7 +301,8 @@ class DLockImpl implements DLock {
 
     @Override
     public Lease acquire(Duration wait, Duration lease) throws InterruptedException {
-        Lease granted = acquireLease(request(Math.max(1, lease.toMillis()), false), wait.isNegative() ? 0 : wait.toNanos());
+        long waitNanos = Arguments.waitNanos(wait);
+        Lease granted = acquireLease(request(Arguments.leaseMs(lease), false), waitNanos);
         if (granted == null) {
             throw new LockBusyException(getName());
         }
@@ -320,7 +326,7 @@ class DLockImpl implements DLock {
     @Override
     public Optional<Lease> tryAcquire(Duration lease) {
         try {
-            return Optional.ofNullable(acquireLease(request(Math.max(1, lease.toMillis()), false), 0));
+            return Optional.ofNullable(acquireLease(request(Arguments.leaseMs(lease), false), 0));
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             return Optional.empty();

@@ -80,11 +80,11 @@ public final class Lease implements AutoCloseable {
      * Renews the lease now ({@code DLOCK.RENEW} on every key) to {@code lease} from now (a fixed
      * lease is then not renewed again by the watchdog; a renewed one goes on at its own lease).
      *
-     * @param lease the new lease (at least 1 ms)
+     * @param lease the new lease (1 ms to 2^53-1 ms, else {@link IllegalArgumentException})
      * @throws LockLostException when the hold is lost (now or before), or was released
      */
     public void renew(java.time.Duration lease) {
-        if (!hold.client.renewNow(hold, Math.max(1, lease.toMillis()))) {
+        if (!hold.client.renewNow(hold, Arguments.leaseMs(lease))) {
             throw new LockLostException(key(), hold.lostReason() == null ? LostReason.NOT_OWNER : hold.lostReason());
         }
     }

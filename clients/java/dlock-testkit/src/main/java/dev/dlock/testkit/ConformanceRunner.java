@@ -582,6 +582,10 @@ public final class ConformanceRunner {
                     }
                     return fields;
                 }
+                case "dlock_calls": {
+                    Object reply = raw((String) step.getOrDefault("conn", "admin")).call("INFO", "commandstats");
+                    return dlockCalls(reply.toString());
+                }
                 case "restart_server": {
                     for (RedisServer.Raw raw : conns.values()) {
                         raw.close();
@@ -596,6 +600,24 @@ public final class ConformanceRunner {
                 default:
                     throw new AssertionError("unknown step " + op);
             }
+        }
+
+        /** The DLOCK commands the server received: calls and rejected_calls of cmdstat_dlock.*. */
+        long dlockCalls(String commandstats) {
+            long total = 0;
+            for (String line : commandstats.split("\r?\n")) {
+                if (!line.startsWith("cmdstat_dlock.") || line.indexOf(':') < 0) {
+                    continue;
+                }
+                for (String field : line.substring(line.indexOf(':') + 1).split(",")) {
+                    int equals = field.indexOf('=');
+                    String name = equals < 0 ? field : field.substring(0, equals);
+                    if (name.equals("calls") || name.equals("rejected_calls")) {
+                        total += Long.parseLong(field.substring(equals + 1).trim());
+                    }
+                }
+            }
+            return total;
         }
 
         Map<String, Object> leaderValue(dev.dlock.Leader leader) {
@@ -636,6 +658,9 @@ public final class ConformanceRunner {
             }
             if (e instanceof DLockServerException) {
                 return new StepError("server:" + ((DLockServerException) e).code(), e);
+            }
+            if (e instanceof IllegalArgumentException || e instanceof NullPointerException) {
+                return new StepError("invalid_argument", e);
             }
             throw new AssertionError("unexpected exception " + e, e);
         }

@@ -108,6 +108,39 @@ public abstract class LockContractTests {
         }
     }
 
+    // ---- bad arguments (R9.2) ---------------------------------------------------------------
+
+    @Test
+    void badArgumentsAreRefusedBeforeAnythingIsSent() throws Exception {
+        DLock lock = dlock.getLock(key);
+        // A lease of 0 or less, whatever the overload (lock(0) and lock(-5) alike), or above 2^53-1 ms.
+        assertThrows(IllegalArgumentException.class, () -> lock.acquire(Duration.ZERO, Duration.ofSeconds(-5)));
+        assertThrows(IllegalArgumentException.class, () -> lock.tryAcquire(Duration.ZERO));
+        assertThrows(IllegalArgumentException.class, () -> lock.lock(0, TimeUnit.SECONDS));
+        assertThrows(IllegalArgumentException.class, () -> lock.lock(-5, TimeUnit.SECONDS));
+        assertThrows(IllegalArgumentException.class, () -> lock.lockInterruptibly(-5, TimeUnit.SECONDS));
+        assertThrows(IllegalArgumentException.class, () -> lock.tryLock(0, -5, TimeUnit.SECONDS));
+        assertThrows(IllegalArgumentException.class, () -> lock.tryAcquire(Duration.ofSeconds(Long.MAX_VALUE)));
+        assertThrows(IllegalArgumentException.class, () -> lock.tryAcquire(Duration.ofMillis(1L << 53)));
+        assertThrows(IllegalArgumentException.class,
+                () -> dev.dlock.AcquireOptions.defaults().lease(Duration.ofSeconds(Long.MAX_VALUE)));
+        // The owner "*" (the server would generate one) and owners outside 1 to 512 bytes.
+        assertThrows(IllegalArgumentException.class, () -> dev.dlock.AcquireOptions.defaults().owner("*"));
+        assertThrows(IllegalArgumentException.class, () -> dev.dlock.AcquireOptions.defaults().owner(""));
+        assertThrows(IllegalArgumentException.class,
+                () -> dev.dlock.AcquireOptions.defaults().owner("x".repeat(513)));
+        // Null keys.
+        assertThrows(NullPointerException.class, () -> dlock.getLock(null));
+        assertThrows(NullPointerException.class, () -> dlock.getSemaphore(null, 2));
+        assertThrows(NullPointerException.class, () -> dlock.getMultiLock(key, null));
+        assertNull(LockInfo.of(server, key), "nothing reached the server");
+        // A wait too long for nanoseconds waits as long as it can instead of overflowing.
+        try (Lease lease = lock.acquire(Duration.ofSeconds(Long.MAX_VALUE))) {
+            assertThrows(IllegalArgumentException.class, () -> lease.renew(Duration.ZERO));
+            assertEquals(lease.token(), LockInfo.of(server, key).token());
+        }
+    }
+
     // ---- the thread facade ------------------------------------------------------------------
 
     @Test
