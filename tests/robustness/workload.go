@@ -177,14 +177,14 @@ func (w *worker) acquire(ctx context.Context, h *holdSpec, reentry bool) Output 
 			h.lock = lock
 			h.sessionRelease = h.session
 		}
-	case errors.Is(err, dlock.ErrNotAcquired) && strings.HasPrefix(err.Error(), dlock.ErrNotAcquired.Error()+":"):
-		// The server's own null at the end of BLOCK (the client's error
-		// for it starts with ErrNotAcquired; a wait it cancelled names the
-		// key first): a definite answer.
-		out = Output{Status: Null}
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// A wait the client ended itself (its context), whatever the
+		// wording: the server may have granted it meanwhile, so the
+		// outcome is unknown. Checked before ErrNotAcquired, which such an
+		// error also wraps.
 		out = Output{Status: MaybeGranted, Err: err.Error()}
 	case errors.Is(err, dlock.ErrNotAcquired):
+		// The server's own null (busy, or the end of BLOCK): definite.
 		out = Output{Status: Null}
 	default:
 		out = classify(err)
