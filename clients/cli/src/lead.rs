@@ -44,6 +44,12 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
     if args.fair {
         request = request.fair();
     }
+    if let Some(owner) = &args.owner {
+        if owner.is_empty() || owner.len() > 512 {
+            return Err(Failure::usage("--owner must be 1 to 512 bytes"));
+        }
+        request = request.owner(owner);
+    }
     request = match (args.no_wait, args.wait) {
         (true, _) => request,
         (false, Some(wait)) if wait.is_zero() => request,
