@@ -35,6 +35,7 @@ test: build lint
 	cargo test --release --doc
 	cargo test --release -p dlock-client --lib
 	cargo test --release -p dlock-client --doc
+	cargo test --release -p dlock-cli --bins
 	$(MAKE) --no-print-directory integration-suites
 	$(MAKE) --no-print-directory bench QUICK=1
 

@@ -6,6 +6,12 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 const CONNECTION_HELP: &str = "\
+Examples:
+  dlock run nightly-report --no-wait -- ./report.sh    # one host at a time runs it
+  dlock elect billing --value \"$(hostname)\" -- ./billing-worker
+  dlock list
+Each command's --help has more (dlock run --help).
+
 Connection (one of):
   --url redis://[user:pass@]host:port/db   or DLOCK_URL (default redis://127.0.0.1:6379/)
   --cluster URL [--cluster URL ...]        seeds of a Redis Cluster
@@ -163,8 +169,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_wait: bool,
     /// Ask with DLOCK.FAIR: without a wait, keep a place in the queue for the next try
+    /// (of the same --owner)
     #[arg(long)]
     pub fair: bool,
+    /// The owner name (default: a new UUID per run); runs of one owner re-enter the lock
+    #[arg(long, value_name = "NAME")]
+    pub owner: Option<String>,
     /// Take a shared hold (a reader of a read-write lock)
     #[arg(long)]
     pub shared: bool,
@@ -418,6 +428,8 @@ mod tests {
 
     #[test]
     fn every_command_shows_an_example_in_its_help() {
+        let top = Cli::command().get_after_help().map(|h| h.to_string());
+        assert!(top.unwrap_or_default().contains("Examples:"));
         for sub in Cli::command().get_subcommands() {
             let help = sub
                 .get_after_help()

@@ -44,14 +44,35 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
     if args.fair {
         request = request.fair();
     }
+    if let Some(owner) = &args.owner {
+        if owner.is_empty() || owner.len() > 512 {
+            return Err(Failure::usage("--owner must be 1 to 512 bytes"));
+        }
+        request = request.owner(owner);
+    }
+    let immediate = request.clone();
+    let waits = !args.no_wait && args.wait.is_none_or(|wait| !wait.is_zero());
     request = match (args.no_wait, args.wait) {
         (true, _) => request,
         (false, Some(wait)) if wait.is_zero() => request,
         (false, Some(wait)) => request.wait(wait),
         (false, None) => request.wait_forever(),
     };
+    // A free lock is taken on the shared connection at once; only a busy
+    // one opens the dedicated connection a wait in the queue needs (a
+    // refused immediate request leaves nothing on the server, so the wait
+    // joins the queue as it would have). --fair asks the server itself.
+    let acquired = async {
+        if waits && !args.fair {
+            match immediate.acquire().await {
+                Err(Error::Busy) => {}
+                other => return other,
+            }
+        }
+        request.acquire().await
+    };
     let guard = tokio::select! {
-        result = request.acquire() => match result {
+        result = acquired => match result {
             Ok(guard) => guard,
             Err(Error::Busy) => {
                 if let Some(wait) = args.wait.filter(|w| !w.is_zero()) {

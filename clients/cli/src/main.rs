@@ -61,9 +61,7 @@ fn main() -> ExitCode {
             use clap::error::ErrorKind;
             let _ = error.print();
             return match error.kind() {
-                ErrorKind::DisplayHelp
-                | ErrorKind::DisplayVersion
-                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => ExitCode::SUCCESS,
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
                 _ => ExitCode::from(code::USAGE),
             };
         }

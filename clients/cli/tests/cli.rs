@@ -245,6 +245,49 @@ fn blocked_timeouts(conn: &mut common::Connection) -> i64 {
 }
 
 #[test]
+fn fair_keeps_the_place_of_an_owner_that_polls() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    common::acquire(&mut conn, "report", "alice", 60_000).expect("granted");
+    let poll = |owner: &str| {
+        let out = output(
+            dlock(&server)
+                .args([
+                    "run",
+                    "report",
+                    "--no-wait",
+                    "--fair",
+                    "--owner",
+                    owner,
+                    "--",
+                ])
+                .args(sh("echo \"$DLOCK_OWNER\"")),
+        );
+        (code_of(&out), stdout_of(&out))
+    };
+    assert_eq!(poll("host-b").0, 75, "held by alice");
+    let queue = common::info(&mut conn, "report").expect("the lock");
+    let queue = &queue
+        .iter()
+        .find(|(name, _)| name == "queue")
+        .expect("queue")
+        .1;
+    assert_eq!(
+        *queue,
+        Value::Array(vec![Value::BulkString(b"host-b".to_vec())]),
+        "a reservation"
+    );
+    cmd(&mut conn, &["DLOCK.RELEASE", "report", "alice"]).expect("release");
+    // Free, but host-b's reservation heads the queue: another owner waits.
+    assert_eq!(poll("host-c").0, 75);
+    assert_eq!(
+        poll("host-b"),
+        (0, "host-b\n".to_string()),
+        "its place was kept"
+    );
+}
+
+#[test]
 fn a_server_that_cannot_be_reached_or_refuses_gives_69() {
     // Nothing listens on a port just freed.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -342,6 +385,7 @@ fn usage_errors_give_64() {
         ),
         (&["run", "k", "--ttl", "0", "--", "true"], "at least 1ms"),
         (&["bogus"], "unrecognized subcommand"),
+        (&[], "Usage: dlock"),
         (
             &[
                 "--sentinel",
