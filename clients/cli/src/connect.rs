@@ -11,8 +11,11 @@ const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
 /// Where the commands go, resolved (a Sentinel asked, a password added).
 pub enum Target {
-    /// One server.
-    Standalone { info: ConnectionInfo, shown: String },
+    /// One server (boxed: with TLS a ConnectionInfo is ~240 bytes).
+    Standalone {
+        info: Box<ConnectionInfo>,
+        shown: String,
+    },
     /// A Redis Cluster, through its seeds.
     Cluster {
         seeds: Vec<ConnectionInfo>,
@@ -118,7 +121,7 @@ pub async fn resolve(connection: &Connection) -> Result<Target, Failure> {
         .unwrap_or_else(|| DEFAULT_URL.to_string());
     let info = parse_url(&url, "--url (or DLOCK_URL)")?;
     Ok(Target::Standalone {
-        info,
+        info: Box::new(info),
         shown: without_password(&url),
     })
 }
@@ -169,7 +172,7 @@ async fn sentinel_master(connection: &Connection, master: &str) -> Result<Target
                 };
                 let info = base.set_addr(addr);
                 return Ok(Target::Standalone {
-                    info,
+                    info: Box::new(info),
                     shown: format!(
                         "{host}:{port} (master '{master}' of {})",
                         without_password(sentinel_url)
@@ -196,7 +199,7 @@ async fn sentinel_master(connection: &Connection, master: &str) -> Result<Target
 pub async fn client(target: &Target) -> Result<dlock_client::Client, Failure> {
     let result = match target {
         Target::Standalone { info, .. } => {
-            dlock_client::Client::open_with(info.clone(), dlock_client::Config::default()).await
+            dlock_client::Client::open_with((**info).clone(), dlock_client::Config::default()).await
         }
         Target::Cluster { seeds, .. } => {
             let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.clone());
@@ -266,7 +269,7 @@ pub async fn masters(
     target: &Target,
 ) -> Result<Vec<(String, redis::aio::MultiplexedConnection)>, Failure> {
     let infos: Vec<(String, ConnectionInfo)> = match target {
-        Target::Standalone { info, shown } => vec![(shown.clone(), info.clone())],
+        Target::Standalone { info, shown } => vec![(shown.clone(), (**info).clone())],
         Target::Cluster { seeds, .. } => cluster_masters(target, seeds).await?,
     };
     let mut conns = Vec::with_capacity(infos.len());
