@@ -12,9 +12,13 @@ all: build
 deps:
 	@./scripts/ensure-deps.sh
 
+# (DLOCK_BUILT=1: already built; make test's lanes set it, so that no
+# `cargo build` relinks target/release/ while the other lane uses it.)
 build: deps
+ifndef DLOCK_BUILT
 	cargo build --release
 	cargo build --release -p dlock-cli
+endif
 
 # Starts redis-server in the foreground with the module loaded, in
 # target/run/$(PORT)/ with its own copy of redis.conf (scripts/run.sh).
@@ -26,18 +30,42 @@ lint: deps
 	cargo clippy --release --workspace --all-targets -- -D warnings
 
 # Every test: formatting, lints, unit and property tests, the integration
-# suites against each server dlock is tested on (`integration`), and a
-# quick run of every benchmark scenario. The suites start their own servers
-# on free ports; the partition suite (15 s per scenario) needs root and
-# network namespaces, and says why when it skips.
+# suites against each server dlock is tested on (`integration`), each
+# client's suite, the artifacts (`dist-check`), the short robustness run,
+# and a quick run of every benchmark scenario. The suites start their own
+# servers on free ports; the partition suite (15 s per scenario) needs root
+# and network namespaces, and says why when it skips.
+# Two lanes run at once, as most of their time is spent waiting on servers:
+# `test-rust` (compiles and runs the module's, the Rust client's and the
+# CLI's tests, then the server and Rust benches' quick runs) and
+# `test-clients` (every other client, dist-check, robustness-short, their
+# benches' quick runs). The clients lane loads its own copy of the module
+# and the CLI (target/test-module/), because the Rust lane's `cargo test`
+# relinks target/release/libdlock.so while the clients' servers load it.
+# Each lane's output is printed when it ends.
+TEST_MODULE_DIR := $(CURDIR)/target/test-module
 test: build lint
+	@rm -rf $(TEST_MODULE_DIR) && mkdir -p $(TEST_MODULE_DIR)
+	@cp target/release/libdlock.so target/release/dlock $(TEST_MODULE_DIR)/
+	@$(MAKE) --no-print-directory -j2 --output-sync=target DLOCK_BUILT=1 test-rust test-clients
+
+.PHONY: test-rust test-clients
+test-rust:
 	cargo test --release --lib
 	cargo test --release --doc
 	cargo test --release -p dlock-client --lib
 	cargo test --release -p dlock-client --doc
 	cargo test --release -p dlock-cli --bins
 	$(MAKE) --no-print-directory integration-suites
-	$(MAKE) --no-print-directory bench QUICK=1
+	$(MAKE) --no-print-directory bench-rust QUICK=1
+
+# Each client's fragment adds its suite as a prerequisite (go-test,
+# java-test, node-test, python-test; robustness-short; dist-check below);
+# the clients' quick bench runs come after them.
+test-clients: export DLOCK_MODULE = $(TEST_MODULE_DIR)/libdlock.so
+test-clients: export DLOCK_CLI = $(TEST_MODULE_DIR)/dlock
+test-clients:
+	$(MAKE) --no-print-directory go-bench java-bench node-bench QUICK=1
 
 # The integration suites (tests/*.rs, and the Rust client's clients/rust/tests/*.rs
 # with its conformance runner) against Redis 7.0 (Debian 12's
@@ -88,7 +116,10 @@ $(INTEGRATION_SERVERS:%=integration-%): integration-%:
 # main` (scripts/baseline-module.sh, once per base commit) and measures
 # this build against it (scenario 15): the cost of the branch's changes.
 BASELINE ?= $(if $(filter-out 0 false no,$(QUICK)),0,1)
-bench: build
+# The clients' fragments add go-bench, java-bench and node-bench to `bench`.
+.PHONY: bench-rust
+bench: bench-rust
+bench-rust: build
 	@command -v valgrind >/dev/null || ./scripts/ensure-deps.sh valgrind
 	cargo build --release -p dlock-bench -p dlock-floor
 	DLOCK_BENCH_REDIS8="$$(./scripts/fetch-redis8.sh)" DLOCK_BENCH_VALKEY="$$(./scripts/fetch-valkey.sh)" \
@@ -145,7 +176,7 @@ clean:
 # at once; logs in target/dist-check/). versions.toml states the versions
 # the manifests must agree with.
 .PHONY: dist dist-check
-test: dist-check
+test-clients: dist-check
 dist: build node-build
 	./scripts/dist.sh
 dist-check: dist

@@ -24,6 +24,9 @@ set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# The module to ship: DLOCK_MODULE when given (make test's clients lane
+# passes its own copy of the build), else the release build.
+MODULE=${DLOCK_MODULE:-target/release/libdlock.so}
 DIST="$ROOT/dist"
 WORK="$ROOT/target/dist"
 versions() { python3 "$ROOT/scripts/check-versions.py" --print "$1"; }
@@ -43,8 +46,11 @@ export SOURCE_DATE_EPOCH
 CLI_DIR=clients/cli
 CLI_CRATE=dlock-cli
 CLI_BINARY=dlock
+# DLOCK_CLI: a CLI binary already built (make test's clients lane passes
+# its own copy, as the Rust lane relinks target/release/ meanwhile).
+CLI_PATH=${DLOCK_CLI:-target/release/$CLI_BINARY}
 build_cli() {
-    if [ -d "$CLI_DIR" ]; then
+    if [ -d "$CLI_DIR" ] && [ -z "${DLOCK_CLI:-}" ]; then
         cargo build --release -p "$CLI_CRATE"
     fi
 }
@@ -52,7 +58,7 @@ build_cli() {
 add_cli() {
     if [ -d "$CLI_DIR" ]; then
         mkdir -p "$1/bin"
-        install -m 0755 "target/release/$CLI_BINARY" "$1/bin/$CLI_BINARY"
+        install -m 0755 "$CLI_PATH" "$1/bin/$CLI_BINARY"
         strip --strip-unneeded "$1/bin/$CLI_BINARY"
     fi
 }
@@ -69,7 +75,7 @@ module_tarball() {
     stage="$WORK/tarball/$name"
     rm -rf "$WORK/tarball" && mkdir -p "$stage/docs"
     # 0755: Redis 7 refuses to load a module file without execute permission.
-    install -m 0755 target/release/libdlock.so "$stage/libdlock.so"
+    install -m 0755 "$MODULE" "$stage/libdlock.so"
     strip --strip-unneeded "$stage/libdlock.so"
     install -m 0644 ops/dlock.conf "$stage/dlock.conf"
     install -m 0644 README.md LICENSE "$stage/"
@@ -87,7 +93,7 @@ module_deb() {
     stage="$WORK/deb/$DEB_PACKAGE"
     doc="$stage/usr/share/doc/$DEB_PACKAGE"
     rm -rf "$WORK/deb" && mkdir -p "$stage/DEBIAN" "$stage/usr/lib/redis/modules" "$stage/etc/redis/modules" "$doc"
-    install -m 0755 target/release/libdlock.so "$stage/usr/lib/redis/modules/libdlock.so"
+    install -m 0755 "$MODULE" "$stage/usr/lib/redis/modules/libdlock.so"
     strip --strip-unneeded --remove-section=.comment --remove-section=.note "$stage/usr/lib/redis/modules/libdlock.so"
     install -m 0644 ops/dlock.conf "$stage/etc/redis/modules/dlock.conf"
     {

@@ -111,6 +111,17 @@ fn wait_fields() -> [(&'static str, u64); stats::WAIT_BUCKETS_MS.len() + 3] {
     fields
 }
 
+/// Every field of `INFO dlock` after `version`, in the order shown.
+fn every_field() -> impl Iterator<Item = (&'static str, u64)> {
+    fields()
+        .into_iter()
+        .chain(latch_fields())
+        .chain(multi_fields())
+        .chain(watch_fields())
+        .chain(gauge_fields())
+        .chain(wait_fields())
+}
+
 /// `DLOCK.STATS RESET`: zeroes every counter of `INFO dlock` (not the
 /// gauges, nor `dlock_last_token`), as `CONFIG RESETSTAT` zeroes Redis's.
 pub fn reset_counters() {
@@ -131,14 +142,7 @@ unsafe extern "C" fn info_section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_
         // Redis prefixes each field with `dlock_`.
         api!(RedisModule_InfoAddSection(ctx, c"".as_ptr()) else 0);
         api!(RedisModule_InfoAddFieldCString(ctx, c"version".as_ptr(), crate::version::VERSION_C.as_ptr()) else 0);
-        for (name, value) in fields()
-            .into_iter()
-            .chain(latch_fields())
-            .chain(multi_fields())
-            .chain(watch_fields())
-            .chain(gauge_fields())
-            .chain(wait_fields())
-        {
+        for (name, value) in every_field() {
             let mut field = [0u8; 32];
             let len = name.len().min(field.len() - 1);
             field[..len].copy_from_slice(&name.as_bytes()[..len]);
@@ -161,14 +165,7 @@ mod tests {
 
     #[test]
     fn every_field_name_fits_the_buffer() {
-        let names = fields()
-            .into_iter()
-            .chain(latch_fields())
-            .chain(multi_fields())
-            .chain(watch_fields())
-            .chain(gauge_fields())
-            .chain(wait_fields())
-            .map(|(name, _)| name);
+        let names = every_field().map(|(name, _)| name);
         for name in names {
             assert!(!name.is_empty() && name.len() < 32, "{name:?}");
         }
