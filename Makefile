@@ -59,13 +59,15 @@ test-rust:
 	$(MAKE) --no-print-directory integration-suites
 	$(MAKE) --no-print-directory bench-rust QUICK=1
 
-# Each client's fragment adds its suite as a prerequisite (go-test,
-# java-test, node-test, python-test; robustness-short; dist-check below);
-# the clients' quick bench runs come after them.
+# Each client's fragment adds its suite to CLIENT_SUITES (go-test,
+# robustness-short, java-test, node-test, python-test); they run one after
+# another (-j1: dist and java-test both build clients/java), after
+# dist-check, then the clients' quick bench runs.
 test-clients: export DLOCK_MODULE = $(TEST_MODULE_DIR)/libdlock.so
 test-clients: export DLOCK_CLI = $(TEST_MODULE_DIR)/dlock
 test-clients:
-	$(MAKE) --no-print-directory go-bench java-bench node-bench QUICK=1
+	$(MAKE) --no-print-directory -j1 dist-check $(CLIENT_SUITES)
+	$(MAKE) --no-print-directory -j1 go-bench java-bench node-bench QUICK=1
 
 # The integration suites (tests/*.rs, and the Rust client's clients/rust/tests/*.rs
 # with its conformance runner) against Redis 7.0 (Debian 12's
@@ -176,7 +178,6 @@ clean:
 # at once; logs in target/dist-check/). versions.toml states the versions
 # the manifests must agree with.
 .PHONY: dist dist-check
-test-clients: dist-check
 dist: build node-build
 	./scripts/dist.sh
 dist-check: dist

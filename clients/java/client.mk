@@ -2,7 +2,7 @@
 # builds every module, compiles the examples and runs the JUnit suites against
 # redis-server and Valkey (servers started by dlock-testkit's Servers extension).
 .PHONY: java-test
-test-clients: java-test
+CLIENT_SUITES += java-test
 java-test: build
 	cd clients/java && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" mvn -q -B verify
 

@@ -5,7 +5,7 @@
 # the module on free ports (DLOCK_MODULE overrides the module's path).
 NODE_DIR := clients/node
 .PHONY: node-test node-build
-test-clients: node-test
+CLIENT_SUITES += node-test
 node-test: build node-build
 	cd $(NODE_DIR) && DLOCK_VALKEY_SERVER="$${DLOCK_VALKEY_SERVER:-$$(../../scripts/fetch-valkey.sh)}" \
 		node --test dist/test/*.test.js

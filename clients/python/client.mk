@@ -3,7 +3,7 @@
 # redis-server and Valkey (servers started by clients/python/tests/conftest.py).
 PYVENV := target/python-venv
 .PHONY: python-test
-test-clients: python-test
+CLIENT_SUITES += python-test
 python-test: build $(PYVENV)/.installed
 	cd clients/python && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" ../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider
 $(PYVENV)/.installed: clients/python/pyproject.toml

@@ -14,7 +14,7 @@
 # target/robustness/results.md). Replay one run:
 #   make robustness DLOCK_ROBUSTNESS_CONFIGS=<config> DLOCK_ROBUSTNESS_SEED=<seed> DLOCK_ROBUSTNESS_SECS=<secs>
 .PHONY: robustness robustness-short robustness-lint
-test-clients: robustness-short
+CLIENT_SUITES += robustness-short
 robustness-lint:
 	cd tests/robustness && test -z "$$(gofmt -l .)" || { gofmt -l .; echo 'gofmt: run gofmt -w tests/robustness'; exit 1; }
 	cd tests/robustness && go vet ./... && go run $(GO_STATICCHECK) ./...
