@@ -33,7 +33,6 @@ use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::ConnectionLike;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::net::TcpListener;
 use std::process::Command;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -277,14 +276,6 @@ struct Cluster {
     killed: HashSet<u16>,
 }
 
-/// A free TCP port for a node's cluster bus (its client port is chosen by
-/// the harness; the default bus port, client port + 10000, may be taken or
-/// above 65535).
-fn bus_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address").port()
-}
-
 fn redis_cli() -> String {
     std::env::var("DLOCK_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_string())
 }
@@ -294,23 +285,7 @@ impl Cluster {
     /// replica per master) and waits until every node agrees and is healthy.
     fn start() -> Cluster {
         let servers: Vec<Server> = (0..6)
-            .map(|_| {
-                let bus = bus_port().to_string();
-                Server::with_args(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    NODE_TIMEOUT_MS,
-                    "--cluster-port",
-                    &bus,
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-            })
+            .map(|_| Server::cluster_node(NODE_TIMEOUT_MS))
             .collect();
         let addresses: Vec<String> = servers
             .iter()

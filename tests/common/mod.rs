@@ -81,6 +81,30 @@ impl Server {
     }
 
     /// A server with extra `redis-server` arguments (`--name value` pairs).
+    /// A Redis Cluster node: cluster mode with its bus on a free port of its
+    /// own, `node_timeout_ms` before a node counts as failed, no persistence.
+    pub fn cluster_node(node_timeout_ms: &str) -> Server {
+        let bus = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port for the cluster bus")
+            .port()
+            .to_string();
+        Server::with_args(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            node_timeout_ms,
+            "--cluster-port",
+            &bus,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+    }
+
     pub fn with_args(args: &[&str]) -> Server {
         Server::with_files(&[], args)
     }

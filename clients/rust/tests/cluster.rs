@@ -9,7 +9,6 @@
 mod common;
 mod support;
 
-use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -21,36 +20,9 @@ struct Cluster {
     nodes: Vec<Server>,
 }
 
-fn bus_port() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener
-        .local_addr()
-        .expect("local address")
-        .port()
-        .to_string()
-}
-
 impl Cluster {
     fn start() -> Cluster {
-        let nodes: Vec<Server> = (0..3)
-            .map(|_| {
-                let bus = bus_port();
-                Server::with_args(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--cluster-port",
-                    &bus,
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-            })
-            .collect();
+        let nodes: Vec<Server> = (0..3).map(|_| Server::cluster_node("2000")).collect();
         let cli = std::env::var("DLOCK_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_string());
         let output = Command::new(&cli)
             .args(["--cluster", "create"])
