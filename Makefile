@@ -184,7 +184,8 @@ dist-check: dist
 	./scripts/dist-check.sh
 
 # Each client's build and suite: clients/<lang>/client.mk adds its own
-# target to `test` (go-test, java-test, node-test, python-test) and to
+# target to CLIENT_SUITES, which `test-clients` runs (go-test, java-test,
+# node-test, python-test; robustness.mk adds robustness-short), and to
 # `bench` where it has one (go-bench, java-bench, node-bench). The Rust
 # client (clients/rust) is a workspace member: its suites run in `test`
 # above and in the integration runs.
