@@ -1335,3 +1335,28 @@ fn with_sentinel_the_lock_goes_to_the_master_it_names() {
         stderr_of(&out)
     );
 }
+
+#[test]
+fn run_connects_over_tls_with_a_rediss_url() {
+    // A TLS-only server (port 0), its test CA trusted the way a user adds
+    // one to the system's store without changing it: SSL_CERT_FILE.
+    let Some(server) = Server::with_tls(&[]) else {
+        eprintln!("skipped: {} has no TLS built in", common::server_binary());
+        return;
+    };
+    let out = output(
+        Command::new(DLOCK)
+            .env("DLOCK_URL", format!("rediss://127.0.0.1:{}/", server.port))
+            .env(
+                "SSL_CERT_FILE",
+                server.tls.as_ref().expect("a TLS server").join("ca.crt"),
+            )
+            .args(["run", "tls", "--", "sh", "-c", "echo \"$DLOCK_TOKEN\""]),
+    );
+    assert_eq!(code_of(&out), 0, "{}", stderr_of(&out));
+    let token: u64 = stdout_of(&out)
+        .trim()
+        .parse()
+        .expect("the child printed its token");
+    assert!(token > 0);
+}
