@@ -1,0 +1,175 @@
+package main
+
+// The probe (-probe) is scenario 1 alone, for finding out why its figures
+// are what they are (docs/benchmarks-consensus.md, "Why the goals were
+// missed"): it writes no report, and can run several uncontended parties at
+// once (each with its own connection and its own lock: nothing is shared
+// but the server, whose fsyncs may then serve several writes) and trace
+// each server's system calls while it is measured.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type probeOptions struct {
+	parties []int         // the party counts to measure, each in turn
+	systems []string      // everysec, always, etcd
+	rounds  int           // rounds per party count; the order of systems turns
+	d       time.Duration // per round and system
+	trace   string        // a tracer run around each measured window, with -p PID appended
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad count %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// uncontendedParties runs n parties, each on its own connection and its own
+// lock, acquiring and releasing for d. With trace set, the tracer attaches
+// to pid before the window starts and is stopped (SIGINT) when it ends.
+func uncontendedParties(s system, key string, n int, d time.Duration, trace string, pid int) (timing, error) {
+	type party struct {
+		c conn
+		m contender
+	}
+	var ps []party
+	defer func() {
+		for _, p := range ps {
+			p.m.close()
+			p.c.close()
+		}
+	}()
+	for g := 0; g < n; g++ {
+		c, err := s.conn()
+		if err != nil {
+			return timing{}, err
+		}
+		m, err := c.mutex(fmt.Sprintf("%s/%d", key, g))
+		if err != nil {
+			c.close()
+			return timing{}, err
+		}
+		ps = append(ps, party{c, m})
+		for i := 0; i < 20; i++ { // warm-up
+			r, err := m.acquire(context.Background())
+			if err != nil {
+				return timing{}, err
+			}
+			_ = r()
+		}
+	}
+	var tracer *exec.Cmd
+	if trace != "" {
+		f := strings.Fields(trace)
+		tracer = exec.Command(f[0], append(f[1:], "-p", strconv.Itoa(pid))...)
+		tracer.Stdout, tracer.Stderr = os.Stderr, os.Stderr
+		if err := tracer.Start(); err != nil {
+			return timing{}, err
+		}
+		time.Sleep(time.Second) // let it attach
+	}
+	var mu sync.Mutex
+	var t timing
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine timing
+			for time.Since(start) < d {
+				t0 := time.Now()
+				r, err := p.m.acquire(context.Background())
+				if err != nil {
+					mine.errs++
+					continue
+				}
+				if r() != nil {
+					mine.errs++
+				}
+				mine.lat = append(mine.lat, time.Since(t0))
+				mine.ops++
+			}
+			mu.Lock()
+			t.merge(mine)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	t.elapsed = time.Since(start)
+	if tracer != nil {
+		_ = tracer.Process.Signal(syscall.SIGINT)
+		_ = tracer.Wait()
+		fmt.Fprintf(os.Stderr, "traced %s (pid %d): %d pairs in %v\n", s.name(), pid, t.ops, t.elapsed.Round(time.Millisecond))
+	}
+	return t, nil
+}
+
+// probe runs scenario 1 with each party count on the chosen systems and
+// prints a table; it writes no report.
+func probe(root string, o probeOptions) error {
+	var systems []system
+	pids := map[string]int{}
+	for _, name := range o.systems {
+		switch name {
+		case "everysec", "always":
+			p, err := startRedis(root, name)
+			if err != nil {
+				return err
+			}
+			defer p.stop()
+			label := map[string]string{"everysec": everysecRow, "always": alwaysRow}[name]
+			systems = append(systems, &dlockSystem{label: label, fsync: name, proc: p})
+			pids[label] = p.pid()
+		case "etcd":
+			p, err := startEtcd()
+			if err != nil {
+				return err
+			}
+			defer p.stop()
+			systems = append(systems, &etcdSystem{proc: p})
+			pids["etcd"] = p.pid()
+		default:
+			return fmt.Errorf("unknown system %q (everysec, always, etcd)", name)
+		}
+	}
+	fmt.Printf("Scenario 1 probe: %d round(s) of %v per system and party count; load average %s at the start.\n\n", o.rounds, o.d, loadAverage())
+	fmt.Printf("| parties | System | pairs/s | p50 (ms) | p99 (ms) | errors |\n|---|---|---|---|---|---|\n")
+	for _, n := range o.parties {
+		res := map[string]*timing{}
+		for r := 0; r < o.rounds; r++ {
+			for i := range systems {
+				s := systems[(i+r)%len(systems)]
+				t, err := uncontendedParties(s, fmt.Sprintf("p%d/%d", n, r), n, o.d, o.trace, pids[s.name()])
+				if err != nil {
+					return fmt.Errorf("%d parties on %s: %w", n, s.name(), err)
+				}
+				if res[s.name()] == nil {
+					res[s.name()] = &timing{}
+				}
+				res[s.name()].merge(t)
+			}
+		}
+		for _, s := range systems {
+			t := res[s.name()]
+			fmt.Printf("| %d | %s | %.0f | %s | %s | %d |\n", n, s.name(), t.rate(), ms(t.pct(0.5)), ms(t.pct(0.99)), t.errs)
+		}
+	}
+	fmt.Printf("\nload average %s at the end.\n", loadAverage())
+	return nil
+}
