@@ -483,6 +483,7 @@ func main() {
 	probeSystems := flag.String("probe-systems", "everysec,always,etcd", "the probe's systems")
 	probeRounds := flag.Int("probe-rounds", 3, "the probe's rounds per party count")
 	probeD := flag.Duration("probe-duration", 2*time.Second, "the probe's time per round and system")
+	probeSettle := flag.Bool("probe-settle", false, "before each of the probe's windows, wait 1.5 s and sync(2): no system's fsyncs queue behind the previous window's background writes")
 	probeTrace := flag.String("probe-trace", "", "a tracer run around each of the probe's measured windows with -p PID appended (e.g. 'perf trace -s')")
 	flag.Parse()
 	if *cand != "" {
@@ -494,7 +495,7 @@ func main() {
 		parties, err := parseInts(*probeParties)
 		if err == nil {
 			err = probe(root, probeOptions{parties: parties, systems: strings.Split(*probeSystems, ","),
-				rounds: *probeRounds, d: *probeD, trace: *probeTrace})
+				rounds: *probeRounds, d: *probeD, trace: *probeTrace, settle: *probeSettle})
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "consensus probe:", err)

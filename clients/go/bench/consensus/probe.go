@@ -25,6 +25,11 @@ type probeOptions struct {
 	rounds  int           // rounds per party count; the order of systems turns
 	d       time.Duration // per round and system
 	trace   string        // a tracer run around each measured window, with -p PID appended
+	// settle: before each window, wait until the servers' background
+	// writes of the previous window are on disk (1.5 s, the time an AOF
+	// everysec server takes to fsync its last second, then sync(2)), so
+	// that no system's fsyncs queue behind another's.
+	settle bool
 }
 
 func parseInts(s string) ([]int, error) {
@@ -148,13 +153,21 @@ func probe(root string, o probeOptions) error {
 			return fmt.Errorf("unknown system %q (everysec, always, etcd)", name)
 		}
 	}
-	fmt.Printf("Scenario 1 probe: %d round(s) of %v per system and party count; load average %s at the start.\n\n", o.rounds, o.d, loadAverage())
+	settled := ""
+	if o.settle {
+		settled = ", settled before each window (1.5 s, then sync(2))"
+	}
+	fmt.Printf("Scenario 1 probe: %d round(s) of %v per system and party count%s; load average %s at the start.\n\n", o.rounds, o.d, settled, loadAverage())
 	fmt.Printf("| parties | System | pairs/s | p50 (ms) | p99 (ms) | errors |\n|---|---|---|---|---|---|\n")
 	for _, n := range o.parties {
 		res := map[string]*timing{}
 		for r := 0; r < o.rounds; r++ {
 			for i := range systems {
 				s := systems[(i+r)%len(systems)]
+				if o.settle {
+					time.Sleep(1500 * time.Millisecond)
+					syscall.Sync()
+				}
 				t, err := uncontendedParties(s, fmt.Sprintf("p%d/%d", n, r), n, o.d, o.trace, pids[s.name()])
 				if err != nil {
 					return fmt.Errorf("%d parties on %s: %w", n, s.name(), err)
