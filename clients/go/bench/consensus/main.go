@@ -484,6 +484,7 @@ func main() {
 	probeRounds := flag.Int("probe-rounds", 3, "the probe's rounds per party count")
 	probeD := flag.Duration("probe-duration", 2*time.Second, "the probe's time per round and system")
 	probeSettle := flag.Bool("probe-settle", false, "before each of the probe's windows, wait 1.5 s and sync(2): no system's fsyncs queue behind the previous window's background writes")
+	fsyncBlocks := flag.Int("fsync-test", 0, "measure fdatasync after small writes to an appended, a preallocated and an overwritten file in the temporary folder, in this many blocks of 200 each; prints a table, writes no report")
 	probeTrace := flag.String("probe-trace", "", "a tracer run around each of the probe's measured windows with -p PID appended (e.g. 'perf trace -s')")
 	flag.Parse()
 	if *cand != "" {
@@ -491,6 +492,13 @@ func main() {
 		return
 	}
 	root, _ := filepath.Abs(filepath.Join("..", "..", ".."))
+	if *fsyncBlocks > 0 {
+		if err := fsyncTest(os.TempDir(), *fsyncBlocks, 200); err != nil {
+			fmt.Fprintln(os.Stderr, "fsync test:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *probeParties != "" {
 		parties, err := parseInts(*probeParties)
 		if err == nil {
