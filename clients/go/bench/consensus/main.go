@@ -18,7 +18,7 @@
 // It writes the etcd section of docs/benchmarks-consensus.md (between
 // its markers; the Java bench writes the ZooKeeper section).
 //
-// Usage: go run ./consensus [-quick] [-out FILE].
+// Usage: go run ./consensus [-quick] [-out FILE], or -probe (probe.go).
 package main
 
 import (
@@ -479,12 +479,38 @@ func main() {
 	endpoint := flag.String("endpoint", "", "internal: the candidate's server")
 	key := flag.String("key", "", "internal: the candidate's election")
 	session := flag.Bool("session", false, "internal: the dlock candidate's hold is a SESSION hold")
+	probeParties := flag.String("probe", "", "scenario 1 alone with these party counts (e.g. 1,4,16), each party on its own connection and lock; prints a table, writes no report")
+	probeSystems := flag.String("probe-systems", "everysec,always,etcd", "the probe's systems")
+	probeRounds := flag.Int("probe-rounds", 3, "the probe's rounds per party count")
+	probeD := flag.Duration("probe-duration", 2*time.Second, "the probe's time per round and system")
+	probeSettle := flag.Bool("probe-settle", false, "before each of the probe's windows, wait 1.5 s and sync(2): no system's fsyncs queue behind the previous window's background writes")
+	fsyncBlocks := flag.Int("fsync-test", 0, "measure fdatasync after small writes to an appended, a preallocated and an overwritten file in the temporary folder, in this many blocks of 200 each; prints a table, writes no report")
+	probeTrace := flag.String("probe-trace", "", "a tracer run around each of the probe's measured windows with -p PID appended (e.g. 'perf trace -s')")
 	flag.Parse()
 	if *cand != "" {
 		candidate(*cand, *endpoint, *key, *session)
 		return
 	}
 	root, _ := filepath.Abs(filepath.Join("..", "..", ".."))
+	if *fsyncBlocks > 0 {
+		if err := fsyncTest(os.TempDir(), *fsyncBlocks, 200); err != nil {
+			fmt.Fprintln(os.Stderr, "fsync test:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *probeParties != "" {
+		parties, err := parseInts(*probeParties)
+		if err == nil {
+			err = probe(root, probeOptions{parties: parties, systems: strings.Split(*probeSystems, ","),
+				rounds: *probeRounds, d: *probeD, trace: *probeTrace, settle: *probeSettle})
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "consensus probe:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *out == "" {
 		if *quick {
 			*out = filepath.Join(os.TempDir(), "dlock-benchmarks-consensus.md")
