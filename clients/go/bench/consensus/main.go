@@ -587,6 +587,15 @@ func run(root string, quick bool, out string) error {
 			for i := range systems {
 				// The order turns each round: no system always runs first.
 				s := systems[(i+r)%len(systems)]
+				if !quick {
+					// Let the previous slot's background writes reach
+					// the disk first: the everysec server's last-second
+					// fsync (up to 500 ms) would otherwise stall the
+					// next system's fsyncs (docs/benchmarks-consensus.md,
+					// "Why the goals were missed").
+					time.Sleep(1500 * time.Millisecond)
+					syscall.Sync()
+				}
 				t, err := sc.run(s, r)
 				if err != nil {
 					return fmt.Errorf("%s on %s: %w", sc.name, s.name(), err)

@@ -9,6 +9,7 @@ import dev.dlock.Leader;
 import dev.dlock.jedis.JedisTransport;
 import dev.dlock.testkit.RedisServer;
 import java.io.BufferedReader;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -674,6 +675,16 @@ public final class ConsensusBench {
         Timing run(Sys sys, int round) throws Exception;
     }
 
+    /**
+     * Lets the previous slot's background writes reach the disk before the next system is
+     * measured: the everysec server's fsync of its last second (up to 500 ms) would otherwise
+     * stall the next system's fsyncs (docs/benchmarks-consensus.md, "Why the goals were missed").
+     */
+    private static void settle() throws IOException, InterruptedException {
+        Thread.sleep(1500);
+        new ProcessBuilder("sync").inheritIO().start().waitFor();
+    }
+
     public static void main(String[] args) throws Exception {
         if (args.length >= 4 && args[0].equals("--candidate")) {
             candidate(args[1], args[2], args[3]);
@@ -712,6 +723,9 @@ public final class ConsensusBench {
                 for (int r = 0; r < rounds; r++) {
                     for (int i = 0; i < systems.size(); i++) {
                         Sys s = systems.get((i + r) % systems.size()); // the order turns each round
+                        if (!quick) {
+                            settle();
+                        }
                         bySys.get(s.name()).merge(sc.getValue().run(s, r));
                     }
                 }
