@@ -371,8 +371,9 @@ func (c *Client) acquireInline(ctx context.Context, keys []string, multi bool, c
 		err = serverError(err)
 		if !isServerError(err) && generated {
 			// The command may have run and its reply been lost: a hold of
-			// this request's own owner is released, so none is left behind.
-			c.releaseQuietly(keys, owner, cfg.shared)
+			// this request's own owner is released, so none is left behind
+			// (R5.3), in the background (R4.7).
+			go c.releaseQuietly(keys, owner, cfg.shared)
 		}
 		return nil, err
 	}
@@ -382,8 +383,10 @@ func (c *Client) acquireInline(ctx context.Context, keys []string, multi bool, c
 	return c.granted(v, keys, multi, cfg, owner, sent, false)
 }
 
+// releaseQuietly is the release of a clean-up, bounded by a context of
+// its own.
 func (c *Client) releaseQuietly(keys []string, owner string, shared bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_ = c.release(ctx, keys, owner, shared)
 }
@@ -501,25 +504,19 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 		return nil, err
 	}
 	args := acquireArgs(cfg, keys, multi, owner, block)
-	afterUnblock := func() {
-		if generated {
-			// After CLIENT UNBLOCK the server can no longer grant this
-			// wait: releasing its own owner settles a raced grant even if
-			// its reply never arrives.
+	// The clean-up of a cancelled wait, in the background once its CLIENT
+	// UNBLOCK is answered (R4.4, R4.7): the server can no longer grant the
+	// wait then, so releasing the request's own owner settles a grant that
+	// raced the cancel even if its reply never arrives; an owner of the
+	// caller's is released only for a grant read.
+	afterCancel := func(v any, err error) {
+		if generated || (err == nil && v != nil) {
 			c.releaseQuietly(keys, owner, cfg.shared)
 		}
 	}
 	sent := time.Now()
-	v, err, cancelled := w.blocking(ctx, rctx, node, args, afterUnblock)
+	v, err, cancelled := w.blocking(ctx, rctx, node, pool, args, afterCancel)
 	if cancelled {
-		pool.put(w, err)
-		if err == nil && v != nil && !generated {
-			// A grant read after the cancel: this request's hold, released.
-			if l, gerr := c.granted(v, keys, multi, cfg, owner, sent, false); gerr == nil {
-				c.wd.unwatch(l)
-				c.releaseQuietly(keys, owner, cfg.shared)
-			}
-		}
 		return nil, waitEnded(keys[0], ctx)
 	}
 	if err != nil {
@@ -528,7 +525,10 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 			return nil, err
 		}
 		if generated {
-			c.releaseQuietly(keys, owner, cfg.shared)
+			// No reply (a read timeout, a closed connection): the request
+			// may have been granted; its own owner is released in the
+			// background (R5.3, R4.7).
+			go c.releaseQuietly(keys, owner, cfg.shared)
 		}
 		// An I/O error (io.EOF from a stopped server, a timeout) names the
 		// key; errors.Is and errors.As still reach it.

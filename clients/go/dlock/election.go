@@ -219,11 +219,11 @@ func (e *Election) watchOnce(ctx context.Context, known int64) (Leader, bool, er
 	if err != nil {
 		return Leader{}, false, err
 	}
-	v, err, cancelled := w.blocking(ctx, rctx, node, []any{"DLOCK.WATCH", e.key, known, ms(wait)}, nil)
-	pool.put(w, err)
+	v, err, cancelled := w.blocking(ctx, rctx, node, pool, []any{"DLOCK.WATCH", e.key, known, ms(wait)}, nil)
 	if cancelled {
 		return Leader{}, false, ctx.Err()
 	}
+	pool.put(w, err)
 	if err != nil {
 		return Leader{}, false, err
 	}

@@ -87,14 +87,14 @@ func (l *Latch) Await(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v, err, cancelled := w.blocking(ctx, rctx, node, []any{"DLOCK.AWAIT", l.key, block}, nil)
-	pool.put(w, err)
+	v, err, cancelled := w.blocking(ctx, rctx, node, pool, []any{"DLOCK.AWAIT", l.key, block}, nil)
 	if cancelled {
 		if n, ok := v.(int64); ok && n == 1 && err == nil {
 			return nil // opened as the cancel came
 		}
 		return fmt.Errorf("dlock: await %q: %w", l.key, ctx.Err())
 	}
+	pool.put(w, err)
 	if err != nil {
 		return err
 	}
