@@ -260,14 +260,14 @@ func TestCancelUnblocksTheWait(t *testing.T) {
 }
 
 // A release that hands the lock to a waiter at the moment its wait is
-// cancelled: either the waiter gets the lock, or its error says cancelled
-// and no hold is left behind.
+// cancelled, 50 times: either the waiter gets the lock, or its error says
+// cancelled, and neither a waiter nor a hold is left behind (R4.4).
 func TestCancelRacingAGrant(t *testing.T) {
 	eachServer(t, func(t *testing.T, s *server) {
 		bg := context.Background()
 		c, rdb := newClient(t, s)
 		k := key(t, "k")
-		for i := 0; i < 15; i++ {
+		for i := 0; i < 50; i++ {
 			a, err := c.TryAcquire(bg, k)
 			if err != nil {
 				t.Fatal(err)
@@ -293,6 +293,42 @@ func TestCancelRacingAGrant(t *testing.T) {
 			}
 			eventually(t, 5*time.Second, "the lock free", func() bool { return holders(t, rdb, k) == 0 && waiting(t, rdb, k) == 0 })
 		}
+	})
+}
+
+// The other cancellation path: a release that hands the lock over at the
+// moment the waiter's context deadline passes, 50 times (the release is
+// aimed a little before or after the deadline): the waiter gets the lock
+// or a deadline error, and neither a waiter nor a hold is left behind.
+func TestDeadlineRacingAGrant(t *testing.T) {
+	eachServer(t, func(t *testing.T, s *server) {
+		bg := context.Background()
+		c, rdb := newClient(t, s)
+		k := key(t, "k")
+		granted := 0
+		for i := 0; i < 50; i++ {
+			a, err := c.TryAcquire(bg, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(40 * time.Millisecond)
+			ctx, cancel := context.WithDeadline(bg, deadline)
+			offset := time.Duration(i%5-2) * time.Millisecond // -2 .. +2 ms
+			release := time.AfterFunc(time.Until(deadline)+offset, func() { a.Release(bg) })
+			l, err := c.Acquire(ctx, k)
+			cancel()
+			if err == nil {
+				granted++
+				l.Release(bg)
+			} else if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			if release.Stop() {
+				a.Release(bg) // the acquire ended before the release was due
+			}
+			eventually(t, 5*time.Second, "the lock free", func() bool { return holders(t, rdb, k) == 0 && waiting(t, rdb, k) == 0 })
+		}
+		t.Logf("granted in %d of 50 rounds", granted)
 	})
 }
 

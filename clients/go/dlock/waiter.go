@@ -13,10 +13,17 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// unblockGrace is how long a cancelled wait waits for the reply after
-// CLIENT UNBLOCK before it drops its connection. Redis 7.0 can drop the
-// reply of a waiter granted in the same event-loop turn as the unblock.
+// unblockGrace is how long a cancelled wait waits for its reply after the
+// cancel before it drops its connection, when its CLIENT UNBLOCK goes
+// unanswered (a stalled server). Redis 7.0 can also drop the reply of a
+// waiter granted in the same event-loop turn as the unblock (see
+// unblockedGrace).
 const unblockGrace = time.Second
+
+// unblockedGrace is how long a cancelled wait waits for the reply once
+// its CLIENT UNBLOCK is answered: the server wrote the waiter's reply in
+// the same turn, unless it dropped it.
+const unblockedGrace = 250 * time.Millisecond
 
 // maxIdleWaiters bounds the idle dedicated connections kept per node.
 const maxIdleWaiters = 16
@@ -123,7 +130,10 @@ func (w *waiter) blocking(ctx, rctx context.Context, node redis.Cmdable, pool *w
 			}
 		})
 		uctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		_ = node.ClientUnblock(uctx, w.id.Load()).Err()
+		if node.ClientUnblock(uctx, w.id.Load()).Err() == nil {
+			// Answered: the waiter's reply is on its way, or was dropped.
+			grace.Reset(unblockedGrace)
+		}
 		cancel()
 		<-replied // within unblockGrace of the cancel at the latest
 		grace.Stop()
