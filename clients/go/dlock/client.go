@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,42 @@ type Client struct {
 
 	wd      *watchdog
 	waiters waiterPools
+
+	// reserved holds, per key, the owner of a Fair request without an
+	// Owner that was not granted: the next such request for the key asks
+	// under it again, so a poller keeps its reservation (R8). A granted
+	// owner is taken out, never reused.
+	reservedMu sync.Mutex
+	reserved   map[string]string
+}
+
+// maxReserved bounds the owners kept for fair pollers.
+const maxReserved = 4096
+
+// reservedOwner takes the owner a fair poller of key left, or makes one.
+func (c *Client) reservedOwner(key string) string {
+	c.reservedMu.Lock()
+	owner, ok := c.reserved[key]
+	if ok {
+		delete(c.reserved, key)
+	}
+	c.reservedMu.Unlock()
+	if !ok {
+		owner = newOwner()
+	}
+	return owner
+}
+
+// keepReserved leaves owner, not granted, for the next fair request of key.
+func (c *Client) keepReserved(key, owner string) {
+	c.reservedMu.Lock()
+	if c.reserved == nil {
+		c.reserved = map[string]string{}
+	}
+	if len(c.reserved) < maxReserved {
+		c.reserved[key] = owner
+	}
+	c.reservedMu.Unlock()
 }
 
 // Option configures a Client.
@@ -185,7 +222,9 @@ func Weight(w int64) AcquireOption {
 func Session() AcquireOption { return func(a *acquireConfig) { a.session = true } }
 
 // Fair uses DLOCK.FAIR: a TryAcquire that fails keeps a reservation for
-// its owner (useful with Owner and polling).
+// its owner. Without Owner, the Client keeps the owner of a fair request
+// the server refused and asks under it at the next fair request for the
+// key, so a poller keeps its place; a granted owner is never reused.
 func Fair() AcquireOption { return func(a *acquireConfig) { a.fair = true } }
 
 // TTL sets this hold's lease (default: the client's, 30 s).
@@ -349,13 +388,27 @@ func (c *Client) acquire(ctx context.Context, keys []string, multi, wait bool, o
 		}
 	}
 	owner, generated := cfg.owner, cfg.owner == ""
-	if generated {
+	poller := generated && cfg.fair && !multi
+	switch {
+	case poller:
+		owner = c.reservedOwner(keys[0])
+	case generated:
 		owner = newOwner()
 	}
+	var l *Lock
+	var err error
 	if !wait && cfg.replicas == 0 && !cfg.session {
-		return c.acquireInline(ctx, keys, multi, &cfg, owner, generated)
+		l, err = c.acquireInline(ctx, keys, multi, &cfg, owner, generated)
+	} else {
+		l, err = c.acquireDedicated(ctx, keys, multi, wait, &cfg, owner, generated)
 	}
-	return c.acquireDedicated(ctx, keys, multi, wait, &cfg, owner, generated)
+	var wc *waitCancelled
+	if poller && errors.Is(err, ErrNotAcquired) && !errors.As(err, &wc) {
+		// The server said no: the owner holds nothing and no clean-up
+		// will release it, so the next try may ask under it.
+		c.keepReserved(keys[0], owner)
+	}
+	return l, err
 }
 
 // acquireInline sends one attempt on the shared client, never retried.
@@ -517,7 +570,7 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 	sent := time.Now()
 	v, err, cancelled := w.blocking(ctx, rctx, node, pool, args, afterCancel)
 	if cancelled {
-		return nil, waitEnded(keys[0], ctx)
+		return nil, &waitCancelled{waitEnded(keys[0], ctx)}
 	}
 	if err != nil {
 		pool.put(w, err)
@@ -573,6 +626,12 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 	}
 	return l, nil
 }
+
+// waitCancelled is the error of a wait ended by ctx whose clean-up (a
+// release of its owner) may still run in the background.
+type waitCancelled struct{ error }
+
+func (e *waitCancelled) Unwrap() error { return e.error }
 
 // waitEnded is the error of a wait ended by ctx: it matches ctx.Err(), and
 // also ErrNotAcquired when the deadline passed.

@@ -148,6 +148,49 @@ func TestOptions(t *testing.T) {
 	})
 }
 
+// A fair poller without an Owner keeps its place (R8): the owner of a
+// refused fair try is asked under again by the next fair try of the key,
+// so the reservation it left is its own; a granted owner is never reused.
+func TestFairPollerKeepsItsPlace(t *testing.T) {
+	eachServer(t, func(t *testing.T, s *server) {
+		ctx := context.Background()
+		c, _ := newClient(t, s)
+		other, _ := newClient(t, s)
+		k := key(t, "k")
+		h, err := other.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if _, err := c.TryAcquire(ctx, k, dlock.Fair()); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("try %d while held: %v", i, err)
+			}
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("barged past the poller's reservation: %v", err)
+		}
+		p, err := c.TryAcquire(ctx, k, dlock.Fair())
+		if err != nil {
+			t.Fatalf("the poller lost its place: %v", err)
+		}
+		granted := p.Owner()
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p2, err := c.TryAcquire(ctx, k, dlock.Fair())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p2.Release(ctx)
+		if p2.Owner() == granted {
+			t.Fatalf("a granted owner was reused: %s", granted)
+		}
+	})
+}
+
 func TestAcquireWaitsForHandOff(t *testing.T) {
 	eachServer(t, func(t *testing.T, s *server) {
 		ctx := context.Background()
