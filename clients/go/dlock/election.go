@@ -81,7 +81,7 @@ func (e *Election) campaign(ctx context.Context, value string, wait bool) (*Lock
 		return nil, fmt.Errorf("%w: an election value is 1 to 479 bytes", ErrInvalidArgument)
 	}
 	opts := append(append([]AcquireOption(nil), e.opts...), Owner(electionOwner(value)))
-	l, err := e.c.acquire(ctx, []string{e.key}, false, wait, opts)
+	l, err := e.c.acquire(ctx, e.key, nil, wait, opts)
 	if err != nil {
 		return nil, err
 	}
