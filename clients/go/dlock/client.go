@@ -317,7 +317,10 @@ func (c *Client) acquireArgs(l *Lock, multi bool, block int64) []any {
 // ctx is done: BLOCK for the time left on ctx's deadline, BLOCK 0 without
 // one. The wait runs on a dedicated connection; cancelling ctx ends it with
 // CLIENT UNBLOCK and the error matches ctx.Err() (a grant that raced the
-// cancel is released). A ctx that is already done fails even when the lock
+// cancel is released). The call returns when the wait's connection
+// answers, or at most a second after ctx is done when the server answers
+// nothing (a stalled server): the clean-up (the unblock, a release) goes on
+// in the background. A ctx that is already done fails even when the lock
 // is free.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, key, nil, true, opts)
