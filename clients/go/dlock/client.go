@@ -2,10 +2,13 @@ package dlock
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +30,44 @@ type Client struct {
 
 	wd      *watchdog
 	waiters waiterPools
+
+	// reserved holds, per key, the owner of a Fair request without an
+	// Owner that was not granted: the next such request for the key asks
+	// under it again, so a poller keeps its reservation (R8). A granted
+	// owner is taken out, never reused.
+	reservedMu sync.Mutex
+	reserved   map[string]string
+
+	lastMs atomic.Pointer[boxedMs]
+}
+
+// maxReserved bounds the owners kept for fair pollers.
+const maxReserved = 4096
+
+// reservedOwner takes the owner a fair poller of key left, or makes one.
+func (c *Client) reservedOwner(key string) string {
+	c.reservedMu.Lock()
+	owner, ok := c.reserved[key]
+	if ok {
+		delete(c.reserved, key)
+	}
+	c.reservedMu.Unlock()
+	if !ok {
+		owner = newOwner()
+	}
+	return owner
+}
+
+// keepReserved leaves owner, not granted, for the next fair request of key.
+func (c *Client) keepReserved(key, owner string) {
+	c.reservedMu.Lock()
+	if c.reserved == nil {
+		c.reserved = map[string]string{}
+	}
+	if len(c.reserved) < maxReserved {
+		c.reserved[key] = owner
+	}
+	c.reservedMu.Unlock()
 }
 
 // Option configures a Client.
@@ -94,12 +135,15 @@ func (c *Client) period(lease time.Duration) time.Duration {
 	return lease / time.Duration(c.renewDivisor)
 }
 
-// newOwner returns a random UUID v4, unique to one hold.
+// newOwner returns a random UUID v4, unique to one hold. Its 122 random
+// bits come from math/rand/v2's ChaCha8 generator (seeded by the OS for
+// each thread, a few ns), not from a getrandom call per acquire: an owner
+// must be unique, and is no secret (any client of the server can read it
+// with DLOCK.INFO).
 func newOwner() string {
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on supported platforms
-	}
+	binary.LittleEndian.PutUint64(b[0:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:16], rand.Uint64())
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	var s [36]byte
@@ -185,7 +229,9 @@ func Weight(w int64) AcquireOption {
 func Session() AcquireOption { return func(a *acquireConfig) { a.session = true } }
 
 // Fair uses DLOCK.FAIR: a TryAcquire that fails keeps a reservation for
-// its owner (useful with Owner and polling).
+// its owner. Without Owner, the Client keeps the owner of a fair request
+// the server refused and asks under it at the next fair request for the
+// key, so a poller keeps its place; a granted owner is never reused.
 func Fair() AcquireOption { return func(a *acquireConfig) { a.fair = true } }
 
 // TTL sets this hold's lease (default: the client's, 30 s).
@@ -204,12 +250,21 @@ func Replicas(n int, timeout time.Duration) AcquireOption {
 	return func(a *acquireConfig) { a.replicas, a.replicaWait = n, timeout }
 }
 
-func (c *Client) config(opts []AcquireOption) acquireConfig {
-	cfg := acquireConfig{ttl: c.lease}
-	for _, o := range opts {
-		o(&cfg)
+// boxedMs is a lease in ms already boxed as a command argument.
+type boxedMs struct {
+	ms  int64
+	arg any
+}
+
+// msArg returns ms(d) as an argument, boxed once for the lease last used
+// (an allocation less per command on the hot path).
+func (c *Client) msArg(d time.Duration) any {
+	m := ms(d)
+	if b := c.lastMs.Load(); b != nil && b.ms == m {
+		return b.arg
 	}
-	return cfg
+	c.lastMs.Store(&boxedMs{ms: m, arg: m})
+	return m
 }
 
 func ms(d time.Duration) int64 {
@@ -220,21 +275,24 @@ func ms(d time.Duration) int64 {
 	return m
 }
 
-// acquireArgs builds ACQUIRE/FAIR/MACQUIRE; block < 0 means no BLOCK.
-func acquireArgs(cfg *acquireConfig, keys []string, multi bool, owner string, block int64) []any {
-	args := make([]any, 0, 12+len(keys))
+// acquireArgs builds ACQUIRE/FAIR/MACQUIRE for l (in l's own array for
+// one key); block < 0 means no BLOCK.
+func (c *Client) acquireArgs(l *Lock, multi bool, block int64) []any {
+	cfg := &l.cfg
+	var args []any
 	switch {
 	case multi:
-		args = append(args, "DLOCK.MACQUIRE", len(keys))
+		args = make([]any, 0, 12+len(l.keys))
+		args = append(args, "DLOCK.MACQUIRE", len(l.keys))
+		for _, k := range l.keys {
+			args = append(args, k)
+		}
 	case cfg.fair:
-		args = append(args, "DLOCK.FAIR")
+		args = append(l.args[:0], "DLOCK.FAIR", l.keyArg)
 	default:
-		args = append(args, "DLOCK.ACQUIRE")
+		args = append(l.args[:0], "DLOCK.ACQUIRE", l.keyArg)
 	}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	args = append(args, owner, ms(cfg.ttl))
+	args = append(args, l.ownerArg, c.msArg(cfg.ttl))
 	if cfg.shared {
 		args = append(args, "SHARED")
 	}
@@ -259,28 +317,37 @@ func acquireArgs(cfg *acquireConfig, keys []string, multi bool, owner string, bl
 // ctx is done: BLOCK for the time left on ctx's deadline, BLOCK 0 without
 // one. The wait runs on a dedicated connection; cancelling ctx ends it with
 // CLIENT UNBLOCK and the error matches ctx.Err() (a grant that raced the
-// cancel is released). A ctx that is already done fails even when the lock
+// cancel is released). The call returns when the wait's connection
+// answers, or at most a second after ctx is done when the server answers
+// nothing (a stalled server): the clean-up (the unblock, a release) goes on
+// in the background. A ctx that is already done fails even when the lock
 // is free.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
-	return c.acquire(ctx, []string{key}, false, true, opts)
+	return c.acquire(ctx, key, nil, true, opts)
 }
 
 // TryAcquire makes one attempt and never waits: ErrNotAcquired when the
 // lock is not free (or others wait for it).
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
-	return c.acquire(ctx, []string{key}, false, false, opts)
+	return c.acquire(ctx, key, nil, false, opts)
 }
 
 // AcquireMulti takes every key in one atomic step (DLOCK.MACQUIRE), waiting
 // in every key's queue at once as Acquire does. In a Cluster the keys must
 // share a slot (use a hash tag), checked before sending.
 func (c *Client) AcquireMulti(ctx context.Context, keys []string, opts ...AcquireOption) (*Lock, error) {
-	return c.acquire(ctx, keys, true, true, opts)
+	if len(keys) == 0 {
+		return nil, errNoKeys
+	}
+	return c.acquire(ctx, "", keys, true, opts)
 }
 
 // TryAcquireMulti is AcquireMulti without a wait.
 func (c *Client) TryAcquireMulti(ctx context.Context, keys []string, opts ...AcquireOption) (*Lock, error) {
-	return c.acquire(ctx, keys, true, false, opts)
+	if len(keys) == 0 {
+		return nil, errNoKeys
+	}
+	return c.acquire(ctx, "", keys, false, opts)
 }
 
 // Do acquires key (waiting as Acquire), runs fn with a context that is
@@ -332,14 +399,26 @@ func (cfg *acquireConfig) check() error {
 	return nil
 }
 
-func (c *Client) acquire(ctx context.Context, keys []string, multi, wait bool, opts []AcquireOption) (*Lock, error) {
+// acquire takes key, or keys (a multi-lock) when keys is not nil. The Lock
+// is made first and holds the request's configuration and arguments, so
+// that an uncontended acquire allocates little.
+func (c *Client) acquire(ctx context.Context, key string, keys []string, wait bool, opts []AcquireOption) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if len(keys) == 0 {
-		return nil, errNoKeys
+	l := &Lock{c: c}
+	multi := keys != nil
+	if multi {
+		keys = append([]string(nil), keys...)
+	} else {
+		l.key1[0] = key
+		keys = l.key1[:]
 	}
-	cfg := c.config(opts)
+	cfg := &l.cfg
+	cfg.ttl = c.lease
+	for _, o := range opts {
+		o(cfg)
+	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -349,18 +428,35 @@ func (c *Client) acquire(ctx context.Context, keys []string, multi, wait bool, o
 		}
 	}
 	owner, generated := cfg.owner, cfg.owner == ""
-	if generated {
+	poller := generated && cfg.fair && !multi
+	switch {
+	case poller:
+		owner = c.reservedOwner(keys[0])
+	case generated:
 		owner = newOwner()
 	}
+	l.keys, l.owner, l.shared, l.lease = keys, owner, cfg.shared, cfg.ttl
+	l.keyArg, l.ownerArg = keys[0], owner
+	var err error
 	if !wait && cfg.replicas == 0 && !cfg.session {
-		return c.acquireInline(ctx, keys, multi, &cfg, owner, generated)
+		err = c.acquireInline(ctx, l, multi, generated)
+	} else {
+		err = c.acquireDedicated(ctx, l, multi, wait, generated)
 	}
-	return c.acquireDedicated(ctx, keys, multi, wait, &cfg, owner, generated)
+	if err != nil {
+		if poller && errors.Is(err, ErrNotAcquired) && !waitWasCancelled(err) {
+			// The server said no: the owner holds nothing and no clean-up
+			// will release it, so the next try may ask under it.
+			c.keepReserved(keys[0], owner)
+		}
+		return nil, err
+	}
+	return l, nil
 }
 
 // acquireInline sends one attempt on the shared client, never retried.
-func (c *Client) acquireInline(ctx context.Context, keys []string, multi bool, cfg *acquireConfig, owner string, generated bool) (*Lock, error) {
-	cmd := newNoRetry(ctx, acquireArgs(cfg, keys, multi, owner, -1)...)
+func (c *Client) acquireInline(ctx context.Context, l *Lock, multi bool, generated bool) error {
+	cmd := newNoRetry(ctx, c.acquireArgs(l, multi, -1)...)
 	if multi {
 		cmd.SetFirstKeyPos(2)
 	}
@@ -371,19 +467,22 @@ func (c *Client) acquireInline(ctx context.Context, keys []string, multi bool, c
 		err = serverError(err)
 		if !isServerError(err) && generated {
 			// The command may have run and its reply been lost: a hold of
-			// this request's own owner is released, so none is left behind.
-			c.releaseQuietly(keys, owner, cfg.shared)
+			// this request's own owner is released, so none is left behind
+			// (R5.3), in the background (R4.7).
+			go c.releaseQuietly(l.keys, l.owner, l.shared)
 		}
-		return nil, err
+		return err
 	}
 	if errors.Is(err, redis.Nil) {
 		v = nil
 	}
-	return c.granted(v, keys, multi, cfg, owner, sent, false)
+	return c.granted(v, l, multi, sent, false)
 }
 
+// releaseQuietly is the release of a clean-up, bounded by a context of
+// its own.
 func (c *Client) releaseQuietly(keys []string, owner string, shared bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_ = c.release(ctx, keys, owner, shared)
 }
@@ -418,35 +517,38 @@ func (c *Client) release(ctx context.Context, keys []string, owner string, share
 	return first
 }
 
-// granted turns a reply into a watched Lock, or ErrNotAcquired for null.
-func (c *Client) granted(v any, keys []string, multi bool, cfg *acquireConfig, owner string, anchor time.Time, renewNow bool) (*Lock, error) {
+// granted turns a reply into l's tokens and watches l, or returns
+// ErrNotAcquired for null.
+func (c *Client) granted(v any, l *Lock, multi bool, anchor time.Time, renewNow bool) error {
 	if v == nil {
-		return nil, ErrNotAcquired
+		return ErrNotAcquired
 	}
-	var grants []any
 	if multi {
 		arr, ok := v.([]any)
-		if !ok || len(arr) != len(keys) {
-			return nil, fmt.Errorf("dlock: unexpected reply %v", v)
+		if !ok || len(arr) != len(l.keys) {
+			return fmt.Errorf("dlock: unexpected reply %v", v)
 		}
-		grants = arr
+		l.tokens = make([]int64, len(l.keys))
+		for i, g := range arr {
+			tok, holds, _, err := parseGrant(g)
+			if err != nil {
+				return err
+			}
+			l.tokens[i] = tok
+			if i == 0 {
+				l.holds = holds
+			}
+		}
 	} else {
-		grants = []any{v}
-	}
-	l := &Lock{c: c, keys: keys, owner: owner, shared: cfg.shared, lease: cfg.ttl, tokens: make([]int64, len(keys))}
-	for i, g := range grants {
-		tok, holds, _, err := parseGrant(g)
+		tok, holds, _, err := parseGrant(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		l.tokens[i] = tok
-		if i == 0 {
-			l.holds = holds
-		}
+		l.token1[0], l.holds = tok, holds
+		l.tokens = l.token1[:]
 	}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	c.wd.watch(l, anchor, renewNow)
-	return l, nil
+	return nil
 }
 
 func parseGrant(g any) (token, holds int64, owner string, err error) {
@@ -482,64 +584,62 @@ func (c *Client) waitTimes(ctx context.Context) (block int64, readCtx context.Co
 
 // acquireDedicated acquires on a connection of its own: a wait, WAIT for
 // replicas after the grant, or a SESSION hold.
-func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wait bool, cfg *acquireConfig, owner string, generated bool) (*Lock, error) {
+func (c *Client) acquireDedicated(ctx context.Context, l *Lock, multi, wait bool, generated bool) error {
+	keys, owner, cfg := l.keys, l.owner, &l.cfg
 	block, rctx, cancelRead := int64(-1), context.WithoutCancel(ctx), context.CancelFunc(func() {})
 	if wait {
 		var err error
 		block, rctx, cancelRead, err = c.waitTimes(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
 	defer cancelRead()
 	node, pool, err := c.nodeFor(ctx, keys[0])
 	if err != nil {
-		return nil, err
+		return err
 	}
 	w, err := pool.get(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	args := acquireArgs(cfg, keys, multi, owner, block)
-	afterUnblock := func() {
-		if generated {
-			// After CLIENT UNBLOCK the server can no longer grant this
-			// wait: releasing its own owner settles a raced grant even if
-			// its reply never arrives.
+	args := c.acquireArgs(l, multi, block)
+	// The clean-up of a cancelled wait, in the background once its CLIENT
+	// UNBLOCK is answered (R4.4, R4.7): the server can no longer grant the
+	// wait then, so releasing the request's own owner settles a grant that
+	// raced the cancel even if its reply never arrives; an owner of the
+	// caller's is released only for a grant read.
+	afterCancel := func(v any, err error) {
+		if generated || (err == nil && v != nil) {
 			c.releaseQuietly(keys, owner, cfg.shared)
 		}
 	}
 	sent := time.Now()
-	v, err, cancelled := w.blocking(ctx, rctx, node, args, afterUnblock)
+	v, err, cancelled := w.blocking(ctx, rctx, node, pool, args, afterCancel)
 	if cancelled {
-		pool.put(w, err)
-		if err == nil && v != nil && !generated {
-			// A grant read after the cancel: this request's hold, released.
-			if l, gerr := c.granted(v, keys, multi, cfg, owner, sent, false); gerr == nil {
-				c.wd.unwatch(l)
-				c.releaseQuietly(keys, owner, cfg.shared)
-			}
-		}
-		return nil, waitEnded(keys[0], ctx)
+		return &waitCancelled{waitEnded(keys[0], ctx)}
 	}
 	if err != nil {
 		pool.put(w, err)
 		if isServerError(err) {
-			return nil, err
+			return err
 		}
 		if generated {
-			c.releaseQuietly(keys, owner, cfg.shared)
+			// No reply (a read timeout, a closed connection): the request
+			// may have been granted; its own owner is released in the
+			// background (R5.3, R4.7).
+			go c.releaseQuietly(keys, owner, cfg.shared)
 		}
 		// An I/O error (io.EOF from a stopped server, a timeout) names the
 		// key; errors.Is and errors.As still reach it.
-		return nil, fmt.Errorf("dlock: acquire %q: %w", keys[0], err)
+		return fmt.Errorf("dlock: acquire %q: %w", keys[0], err)
 	}
 	if v == nil {
 		pool.put(w, nil)
 		if wait && block > 0 {
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, keys[0], context.DeadlineExceeded)
+			return fmt.Errorf("%w: %q: %w", ErrNotAcquired, keys[0], context.DeadlineExceeded)
 		}
-		return nil, ErrNotAcquired
+		return ErrNotAcquired
 	}
 	anchor, renewNow := sent, false
 	if wait {
@@ -547,10 +647,9 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 		// from the reply and renew at once to anchor on a send again.
 		anchor, renewNow = time.Now(), true
 	}
-	l, err := c.granted(v, keys, multi, cfg, owner, anchor, renewNow)
-	if err != nil {
+	if err := c.granted(v, l, multi, anchor, renewNow); err != nil {
 		pool.put(w, nil)
-		return nil, err
+		return err
 	}
 	if cfg.replicas > 0 {
 		acked, werr := w.rdb.Wait(rctx, cfg.replicas, cfg.replicaWait).Result()
@@ -562,7 +661,7 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 			rc, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = l.Release(rc)
 			rcancel()
-			return nil, werr
+			return werr
 		}
 	}
 	if cfg.session {
@@ -571,7 +670,18 @@ func (c *Client) acquireDedicated(ctx context.Context, keys []string, multi, wai
 	} else {
 		pool.put(w, nil)
 	}
-	return l, nil
+	return nil
+}
+
+// waitCancelled is the error of a wait ended by ctx whose clean-up (a
+// release of its owner) may still run in the background.
+type waitCancelled struct{ error }
+
+func (e *waitCancelled) Unwrap() error { return e.error }
+
+func waitWasCancelled(err error) bool {
+	var wc *waitCancelled
+	return errors.As(err, &wc)
 }
 
 // waitEnded is the error of a wait ended by ctx: it matches ctx.Err(), and

@@ -31,7 +31,11 @@
 // dropped connection could take a second hold. When such an acquire's
 // reply is lost, the client releases the hold of its generated owner.
 // Blocking waits run on connections of their own whose read deadline is
-// the wait plus a margin, so go-redis's ReadTimeout can stay short.
+// the wait plus a margin, so go-redis's ReadTimeout can stay short. A
+// stalled server holds no call past its bound: a wait ends by its ctx (at
+// most a second later when the server answers nothing), Lock.Renew by the
+// lock's local deadline, and the clean-up after a cancel or a timeout runs
+// in the background.
 //
 // When a Lock's Context is done with ErrLockLost, stop: another client may
 // hold the lock already, and its higher token makes the resource refuse

@@ -81,7 +81,7 @@ func (e *Election) campaign(ctx context.Context, value string, wait bool) (*Lock
 		return nil, fmt.Errorf("%w: an election value is 1 to 479 bytes", ErrInvalidArgument)
 	}
 	opts := append(append([]AcquireOption(nil), e.opts...), Owner(electionOwner(value)))
-	l, err := e.c.acquire(ctx, []string{e.key}, false, wait, opts)
+	l, err := e.c.acquire(ctx, e.key, nil, wait, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -219,11 +219,11 @@ func (e *Election) watchOnce(ctx context.Context, known int64) (Leader, bool, er
 	if err != nil {
 		return Leader{}, false, err
 	}
-	v, err, cancelled := w.blocking(ctx, rctx, node, []any{"DLOCK.WATCH", e.key, known, ms(wait)}, nil)
-	pool.put(w, err)
+	v, err, cancelled := w.blocking(ctx, rctx, node, pool, []any{"DLOCK.WATCH", e.key, known, ms(wait)}, nil)
 	if cancelled {
 		return Leader{}, false, ctx.Err()
 	}
+	pool.put(w, err)
 	if err != nil {
 		return Leader{}, false, err
 	}

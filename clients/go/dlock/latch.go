@@ -20,8 +20,12 @@ type Latch struct {
 func (c *Client) Latch(key string) *Latch { return &Latch{c: c, key: key} }
 
 // Init creates the latch with count and ttl; false when it exists already
-// (left as it was).
+// (left as it was). A count below 1 or a ttl below 1 ms fails with
+// ErrInvalidArgument before anything is sent.
 func (l *Latch) Init(ctx context.Context, count int64, ttl time.Duration) (bool, error) {
+	if count < 1 || ttl < time.Millisecond {
+		return false, fmt.Errorf("%w: a latch needs a count and a ttl of at least 1 (ms), not %d and %v", ErrInvalidArgument, count, ttl)
+	}
 	v, err := l.c.run(ctx, false, "DLOCK.LATCH", l.key, count, ms(ttl))
 	if err != nil {
 		return false, err
@@ -30,11 +34,12 @@ func (l *Latch) Init(ctx context.Context, count int64, ttl time.Duration) (bool,
 	return n == 1, nil
 }
 
-// CountDown lowers the count by n (1 if n < 1) and returns the count left
-// (0 once open, or when the latch is missing). It is never retried.
+// CountDown lowers the count by n and returns the count left (0 once
+// open, or when the latch is missing). It is never retried. An n below 1
+// fails with ErrInvalidArgument before anything is sent.
 func (l *Latch) CountDown(ctx context.Context, n int64) (int64, error) {
 	if n < 1 {
-		n = 1
+		return 0, fmt.Errorf("%w: count down by at least 1, not %d", ErrInvalidArgument, n)
 	}
 	v, err := l.c.run(ctx, false, "DLOCK.COUNTDOWN", l.key, n)
 	if err != nil {
@@ -87,14 +92,14 @@ func (l *Latch) Await(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v, err, cancelled := w.blocking(ctx, rctx, node, []any{"DLOCK.AWAIT", l.key, block}, nil)
-	pool.put(w, err)
+	v, err, cancelled := w.blocking(ctx, rctx, node, pool, []any{"DLOCK.AWAIT", l.key, block}, nil)
 	if cancelled {
 		if n, ok := v.(int64); ok && n == 1 && err == nil {
 			return nil // opened as the cancel came
 		}
 		return fmt.Errorf("dlock: await %q: %w", l.key, ctx.Err())
 	}
+	pool.put(w, err)
 	if err != nil {
 		return err
 	}

@@ -20,15 +20,26 @@ type Lock struct {
 	tokens []int64
 	holds  int64
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
 	mu       sync.Mutex
 	released bool
-	session  func() // gives back a SESSION hold's dedicated connection
+	ended    error                   // ErrLockLost or ErrReleased once the hold ended
+	ctx      context.Context         // made by the first Context or Done
+	cancel   context.CancelCauseFunc // cancels ctx with ended
+	session  func()                  // gives back a SESSION hold's dedicated connection
 
 	// watchdog state, guarded by the watchdog's mutex
 	wd watchEntry
+
+	// The request's own storage, in the Lock's one allocation (an
+	// uncontended acquire + release allocates little): its options, its
+	// key and token for a single key, its arguments, and the key and owner
+	// boxed once for the acquire and the release.
+	cfg              acquireConfig
+	key1             [1]string
+	token1           [1]int64
+	args             [12]any
+	relArgs          [4]any
+	keyArg, ownerArg any
 }
 
 // Key returns the lock's key (the first key of a multi-lock).
@@ -60,17 +71,42 @@ func (l *Lock) Lease() time.Duration { return l.lease }
 // Context returns a context cancelled when the hold ends: with cause
 // ErrLockLost when it is lost, ErrReleased when released. Run the work the
 // lock protects under it.
-func (l *Lock) Context() context.Context { return l.ctx }
+func (l *Lock) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		// Made on demand: a lock nobody asks it of costs no context.
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		if l.ended != nil {
+			l.cancel(l.ended)
+		}
+	}
+	return l.ctx
+}
 
 // Done is Context().Done().
-func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Err returns nil while the lock is held, then ErrLockLost or ErrReleased.
 func (l *Lock) Err() error {
-	if l.ctx.Err() == nil {
-		return nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
+}
+
+// end records the end of the hold once (cause ErrLockLost or ErrReleased)
+// and cancels the Context; false when it had ended already.
+func (l *Lock) end(cause error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended != nil {
+		return false
 	}
-	return context.Cause(l.ctx)
+	l.ended = cause
+	if l.cancel != nil {
+		l.cancel(cause)
+	}
+	return true
 }
 
 // Renew resets the lease now (the watchdog does it by itself). A NOTOWNER
@@ -95,10 +131,20 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.released = true
 	session := l.session
+	wasLost := l.ended != nil
 	l.mu.Unlock()
-	wasLost := l.ctx.Err() != nil
 	l.c.wd.unwatch(l)
-	err := l.c.release(ctx, l.keys, l.owner, l.shared)
+	var err error
+	if len(l.keys) == 1 {
+		// The key and owner boxed by the acquire, in the Lock's array.
+		args := append(l.relArgs[:0], "DLOCK.RELEASE", l.keyArg, l.ownerArg)
+		if l.shared {
+			args = append(args, "SHARED")
+		}
+		_, err = l.c.run(ctx, false, args...)
+	} else {
+		err = l.c.release(ctx, l.keys, l.owner, l.shared)
+	}
 	if session != nil {
 		session()
 	}
@@ -110,16 +156,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.lost()
 		return err
 	}
-	l.cancel(ErrReleased)
+	l.end(ErrReleased)
 	return err
 }
 
 // lost marks the lock lost once.
 func (l *Lock) lost() {
-	if l.ctx.Err() != nil {
+	if !l.end(ErrLockLost) {
 		return
 	}
-	l.cancel(ErrLockLost)
 	if f := l.c.onLost; f != nil {
 		go f(l)
 	}

@@ -148,6 +148,49 @@ func TestOptions(t *testing.T) {
 	})
 }
 
+// A fair poller without an Owner keeps its place (R8): the owner of a
+// refused fair try is asked under again by the next fair try of the key,
+// so the reservation it left is its own; a granted owner is never reused.
+func TestFairPollerKeepsItsPlace(t *testing.T) {
+	eachServer(t, func(t *testing.T, s *server) {
+		ctx := context.Background()
+		c, _ := newClient(t, s)
+		other, _ := newClient(t, s)
+		k := key(t, "k")
+		h, err := other.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if _, err := c.TryAcquire(ctx, k, dlock.Fair()); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("try %d while held: %v", i, err)
+			}
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("barged past the poller's reservation: %v", err)
+		}
+		p, err := c.TryAcquire(ctx, k, dlock.Fair())
+		if err != nil {
+			t.Fatalf("the poller lost its place: %v", err)
+		}
+		granted := p.Owner()
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p2, err := c.TryAcquire(ctx, k, dlock.Fair())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p2.Release(ctx)
+		if p2.Owner() == granted {
+			t.Fatalf("a granted owner was reused: %s", granted)
+		}
+	})
+}
+
 func TestAcquireWaitsForHandOff(t *testing.T) {
 	eachServer(t, func(t *testing.T, s *server) {
 		ctx := context.Background()
@@ -260,14 +303,14 @@ func TestCancelUnblocksTheWait(t *testing.T) {
 }
 
 // A release that hands the lock to a waiter at the moment its wait is
-// cancelled: either the waiter gets the lock, or its error says cancelled
-// and no hold is left behind.
+// cancelled, 50 times: either the waiter gets the lock, or its error says
+// cancelled, and neither a waiter nor a hold is left behind (R4.4).
 func TestCancelRacingAGrant(t *testing.T) {
 	eachServer(t, func(t *testing.T, s *server) {
 		bg := context.Background()
 		c, rdb := newClient(t, s)
 		k := key(t, "k")
-		for i := 0; i < 15; i++ {
+		for i := 0; i < 50; i++ {
 			a, err := c.TryAcquire(bg, k)
 			if err != nil {
 				t.Fatal(err)
@@ -293,6 +336,42 @@ func TestCancelRacingAGrant(t *testing.T) {
 			}
 			eventually(t, 5*time.Second, "the lock free", func() bool { return holders(t, rdb, k) == 0 && waiting(t, rdb, k) == 0 })
 		}
+	})
+}
+
+// The other cancellation path: a release that hands the lock over at the
+// moment the waiter's context deadline passes, 50 times (the release is
+// aimed a little before or after the deadline): the waiter gets the lock
+// or a deadline error, and neither a waiter nor a hold is left behind.
+func TestDeadlineRacingAGrant(t *testing.T) {
+	eachServer(t, func(t *testing.T, s *server) {
+		bg := context.Background()
+		c, rdb := newClient(t, s)
+		k := key(t, "k")
+		granted := 0
+		for i := 0; i < 50; i++ {
+			a, err := c.TryAcquire(bg, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(40 * time.Millisecond)
+			ctx, cancel := context.WithDeadline(bg, deadline)
+			offset := time.Duration(i%5-2) * time.Millisecond // -2 .. +2 ms
+			release := time.AfterFunc(time.Until(deadline)+offset, func() { a.Release(bg) })
+			l, err := c.Acquire(ctx, k)
+			cancel()
+			if err == nil {
+				granted++
+				l.Release(bg)
+			} else if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			if release.Stop() {
+				a.Release(bg) // the acquire ended before the release was due
+			}
+			eventually(t, 5*time.Second, "the lock free", func() bool { return holders(t, rdb, k) == 0 && waiting(t, rdb, k) == 0 })
+		}
+		t.Logf("granted in %d of 50 rounds", granted)
 	})
 }
 

@@ -358,6 +358,20 @@ func TestBadArgumentsAreRefused(t *testing.T) {
 		if c.Semaphore(k, 0).TryAcquire(1) {
 			t.Error("Semaphore(k, 0).TryAcquire(1) granted")
 		}
+		latch := c.Latch(k)
+		for name, f := range map[string]func() error{
+			"Latch.Init(0, 1 s)":  func() error { _, err := latch.Init(ctx, 0, time.Second); return err },
+			"Latch.Init(-1, 1 s)": func() error { _, err := latch.Init(ctx, -1, time.Second); return err },
+			"Latch.Init(1, 0)":    func() error { _, err := latch.Init(ctx, 1, 0); return err },
+			"Latch.Init(1, -5 s)": func() error { _, err := latch.Init(ctx, 1, -5*time.Second); return err },
+			"Latch.Init(1, 1 µs)": func() error { _, err := latch.Init(ctx, 1, time.Microsecond); return err },
+			"Latch.CountDown(0)":  func() error { _, err := latch.CountDown(ctx, 0); return err },
+			"Latch.CountDown(-2)": func() error { _, err := latch.CountDown(ctx, -2); return err },
+		} {
+			if err := f(); !errors.Is(err, dlock.ErrInvalidArgument) {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
 		if n, err := rdb.Exists(ctx, k).Result(); err != nil || n != 0 {
 			t.Fatalf("a bad call reached the server: exists=%d %v", n, err)
 		}

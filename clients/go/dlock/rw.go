@@ -52,7 +52,7 @@ func (rw *RWMutex) take(ctx context.Context, wait, shared bool) (*Lock, error) {
 		a.shared = shared
 		a.limit = 0
 	})
-	l, err := rw.c.acquire(ctx, []string{rw.key}, false, wait, opts)
+	l, err := rw.c.acquire(ctx, rw.key, nil, wait, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func (s *Semaphore) AcquirePermit(ctx context.Context, n int64) (*Lock, error) {
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
-	l, err := s.c.acquire(ctx, []string{s.key}, false, true, s.options(n))
+	l, err := s.c.acquire(ctx, s.key, nil, true, s.options(n))
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil, ctx.Err()
@@ -92,7 +92,7 @@ func (s *Semaphore) TryAcquirePermit(ctx context.Context, n int64) (*Lock, error
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
-	l, err := s.c.acquire(ctx, []string{s.key}, false, false, s.options(n))
+	l, err := s.c.acquire(ctx, s.key, nil, false, s.options(n))
 	if err != nil {
 		return nil, err
 	}

@@ -13,10 +13,17 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// unblockGrace is how long a cancelled wait waits for the reply after
-// CLIENT UNBLOCK before it drops its connection. Redis 7.0 can drop the
-// reply of a waiter granted in the same event-loop turn as the unblock.
+// unblockGrace is how long a cancelled wait waits for its reply after the
+// cancel before it drops its connection, when its CLIENT UNBLOCK goes
+// unanswered (a stalled server). Redis 7.0 can also drop the reply of a
+// waiter granted in the same event-loop turn as the unblock (see
+// unblockedGrace).
 const unblockGrace = time.Second
+
+// unblockedGrace is how long a cancelled wait waits for the reply once
+// its CLIENT UNBLOCK is answered: the server wrote the waiter's reply in
+// the same turn, unless it dropped it.
+const unblockedGrace = 250 * time.Millisecond
 
 // maxIdleWaiters bounds the idle dedicated connections kept per node.
 const maxIdleWaiters = 16
@@ -87,47 +94,80 @@ func (w *waiter) abort() {
 	}
 }
 
+// cleanupTimeout bounds each step of a clean-up after a cancelled or
+// timed-out wait (CLIENT UNBLOCK, the release of R4.4 and R5.3): it runs
+// in the background, never on the caller's time (R4.7).
+const cleanupTimeout = 10 * time.Second
+
+// errAborted: the waiter's socket was closed under its read.
+var errAborted = errors.New("dlock: wait aborted after CLIENT UNBLOCK went unanswered")
+
+// Read states of one blocking call.
+const (
+	readPending int32 = iota
+	readDone
+	readAborted
+)
+
 // blocking sends args on the waiter's connection and waits for the reply
-// (read deadline: rctx). Cancelling ctx sends CLIENT UNBLOCK through node
-// and then runs afterUnblock; cancelled reports that it did.
-func (w *waiter) blocking(ctx, rctx context.Context, node redis.Cmdable, args []any, afterUnblock func()) (v any, err error, cancelled bool) {
+// (read deadline: rctx). When ctx is done first, the rest runs in the
+// background (R4.7): CLIENT UNBLOCK through node, and, when no reply comes
+// within unblockGrace of the cancel, the socket is closed so that the
+// caller returns even from a stalled server. A cancelled call (cancelled
+// true) leaves the waiter to that clean-up, which gives it back to pool
+// only once its UNBLOCK is answered (a late UNBLOCK never ends another
+// wait), and then calls after with the reply read, if any (the caller gets
+// it too). An uncancelled call leaves the waiter to the caller.
+func (w *waiter) blocking(ctx, rctx context.Context, node redis.Cmdable, pool *waiterPool, args []any, after func(v any, err error)) (v any, err error, cancelled bool) {
+	var state atomic.Int32
+	var replyV any // the reply, written before replied is closed
+	var replyErr error
 	replied := make(chan struct{})
-	callbackDone := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		defer close(callbackDone)
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = node.ClientUnblock(uctx, w.id.Load()).Err()
-		cancel()
-		if afterUnblock != nil {
-			afterUnblock()
+		grace := time.AfterFunc(unblockGrace, func() {
+			if state.CompareAndSwap(readPending, readAborted) {
+				w.abort()
+			}
+		})
+		uctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		if node.ClientUnblock(uctx, w.id.Load()).Err() == nil {
+			// Answered: the waiter's reply is on its way, or was dropped.
+			grace.Reset(unblockedGrace)
 		}
-		select {
-		case <-replied:
-		case <-time.After(unblockGrace):
-			w.abort()
+		cancel()
+		<-replied // within unblockGrace of the cancel at the latest
+		grace.Stop()
+		rv, rerr := replyV, serverError(replyErr)
+		if errors.Is(replyErr, redis.Nil) {
+			rv, rerr = nil, nil
+		}
+		if state.Load() == readAborted {
+			pool.put(w, errAborted)
+		} else {
+			pool.put(w, rerr)
+		}
+		if after != nil {
+			after(rv, rerr)
 		}
 	})
 	cmd := newNoRetry(rctx, args...)
 	_ = w.rdb.Process(rctx, cmd)
+	state.CompareAndSwap(readPending, readDone)
+	replyV, replyErr = cmd.Result()
 	close(replied)
-	if !stop() {
-		// The cancel ran: wait for its unblock and release to finish, so
-		// they precede whatever the caller does next.
-		<-callbackDone
-		cancelled = true
-	}
-	v, err = cmd.Result()
-	if errors.Is(err, redis.Nil) {
+	cancelled = !stop() // if so, the clean-up owns the waiter now
+	if errors.Is(replyErr, redis.Nil) {
 		return nil, nil, cancelled
 	}
-	return v, serverError(err), cancelled
+	return replyV, serverError(replyErr), cancelled
 }
 
 // waiterPool keeps idle waiters of one node.
 type waiterPool struct {
-	opt  *redis.Options
-	mu   sync.Mutex
-	idle []*waiter
+	opt    *redis.Options
+	mu     sync.Mutex
+	idle   []*waiter
+	closed bool // Client.Close ran: a waiter given back late is closed
 }
 
 func (p *waiterPool) get(ctx context.Context) (*waiter, error) {
@@ -140,8 +180,14 @@ func (p *waiterPool) get(ctx context.Context) (*waiter, error) {
 	}
 	p.mu.Unlock()
 	w := newWaiter(p.opt)
-	// Connect now, so the connection id is known before any wait.
-	if err := w.rdb.Ping(ctx).Err(); err != nil {
+	// Connect now, so the connection id is known before any wait; a
+	// stalled server's handshake ends with ctx.
+	stop := context.AfterFunc(ctx, w.abort)
+	err := w.rdb.Ping(ctx).Err()
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
 		_ = w.rdb.Close()
 		return nil, err
 	}
@@ -163,7 +209,7 @@ func (p *waiterPool) put(w *waiter, err error) {
 		return
 	}
 	p.mu.Lock()
-	if len(p.idle) < maxIdleWaiters {
+	if !p.closed && len(p.idle) < maxIdleWaiters {
 		p.idle = append(p.idle, w)
 		p.mu.Unlock()
 		return
@@ -202,6 +248,7 @@ func (ps *waiterPools) closeAll() {
 			_ = w.rdb.Close()
 		}
 		p.idle = nil
+		p.closed = true
 		p.mu.Unlock()
 	}
 }

@@ -261,16 +261,48 @@ func renewVerdict(l *Lock, cmds []*redis.Cmd) error {
 	return nil
 }
 
-// renewNow renews l at once (Lock.Renew).
+// renewNow renews l at once (Lock.Renew). It ends by the lock's local
+// deadline at the latest (R4.6), whatever the go-redis client's timeouts:
+// once that deadline has passed without a reply the lock is lost.
 func (w *watchdog) renewNow(ctx context.Context, l *Lock) error {
+	w.mu.Lock()
+	deadline, watched := l.wd.deadline, l.wd.watched
+	w.mu.Unlock()
+	if !watched {
+		return ErrLockLost
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	sent := time.Now()
-	pipe := w.c.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(l.keys))
 	for i, k := range l.keys {
-		cmds[i] = redis.NewCmd(ctx, "DLOCK.RENEW", k, l.owner, ms(l.lease))
-		_ = pipe.Process(ctx, cmds[i])
+		cmds[i] = redis.NewCmd(rctx, "DLOCK.RENEW", k, l.owner, ms(l.lease))
 	}
-	_, _ = pipe.Exec(ctx)
+	done := make(chan struct{})
+	go func() {
+		// On a goroutine of its own: a stalled server's reply may never
+		// come before go-redis's own read timeout.
+		defer close(done)
+		if len(cmds) == 1 {
+			_ = w.c.rdb.Process(rctx, cmds[0])
+			return
+		}
+		pipe := w.c.rdb.Pipeline()
+		for _, cmd := range cmds {
+			_ = pipe.Process(rctx, cmd)
+		}
+		_, _ = pipe.Exec(rctx)
+	}()
+	select {
+	case <-done:
+	case <-rctx.Done():
+		if err := ctx.Err(); err != nil {
+			return err // the caller's own cancel or deadline
+		}
+		w.unwatch(l)
+		l.lost()
+		return fmt.Errorf("%w: no reply to the renewal before the lease could end", ErrLockLost)
+	}
 	verdict := renewVerdict(l, cmds)
 	switch verdict {
 	case nil:
@@ -284,6 +316,11 @@ func (w *watchdog) renewNow(ctx context.Context, l *Lock) error {
 	case errRetry:
 		for _, cmd := range cmds {
 			if err := cmd.Err(); err != nil {
+				if ctx.Err() == nil && time.Now().After(deadline) {
+					w.unwatch(l)
+					l.lost()
+					return fmt.Errorf("%w: %w", ErrLockLost, err)
+				}
 				return serverError(err)
 			}
 		}
