@@ -113,13 +113,12 @@ function isConnectionError(err: unknown): boolean {
   const code = (err as { code?: unknown }).code;
   if (typeof code === "string" && /^(ECONNREFUSED|ECONNRESET|EPIPE|ECONNABORTED)$/.test(code))
     return true;
-  if (
-    /^(SocketClosedUnexpectedlyError|ClientClosedError|ClientOfflineError|ConnectionTimeoutError|DisconnectsClientError)$/.test(
-      err.name,
-    )
-  )
-    return true;
-  if (/^Connection is closed\.?$/.test(err.message)) return true;
+  const names =
+    /^(SocketClosedUnexpectedlyError|ClientClosedError|ClientOfflineError|ConnectionTimeoutError|DisconnectsClientError|SocketTimeoutError)$/;
+  // node-redis's error classes keep the name "Error": their constructor's name tells.
+  if (names.test(err.name) || names.test(err.constructor.name)) return true;
+  // ioredis: a connection seen closed, or found closed when writing.
+  if (/^Connection is closed\.?$|^Stream isn't writeable/.test(err.message)) return true;
   // AggregateError of a refused connection to every address of localhost.
   if (err instanceof AggregateError) return err.errors.some(isConnectionError);
   return false;
@@ -244,6 +243,8 @@ interface Task {
   kind: "acquire" | "campaign" | "latch_wait" | "command" | "renew";
   /** How long the task ran, ms, once it has ended (`returns_within_ms`). */
   took?: number;
+  /** Set by its `await` step. */
+  awaited?: boolean;
   /** The lease a background acquire got, to release when the task is cancelled. */
   granted?: Promise<Lease | Leadership | undefined>;
   conn?: RespConnection;
@@ -559,7 +560,9 @@ class Runner {
         const name = need(step["task"] as string | undefined, "task");
         const task = this.tasks.get(name);
         if (!task) throw new Error(`unknown task ${name}`);
-        this.tasks.delete(name);
+        if (task.awaited) throw new Error(`task ${name} was awaited already`);
+        // Kept: a later `cancel` releases what it got.
+        task.awaited = true;
         const within = (step["within_ms"] as number | undefined) ?? DEFAULT_AWAIT_MS;
         let timer: NodeJS.Timeout | undefined;
         const late = new Promise<never>((_, reject) => {
