@@ -321,7 +321,29 @@ export class Dlock implements AsyncDisposable {
       const nodeOrPromise = this.router.nodeOf(first);
       const node = typeof nodeOrPromise === "string" ? nodeOrPromise : await nodeOrPromise;
       const taken = this.router.takeBlocking(node, bound);
-      const conn = "conn" in taken ? taken : await taken;
+      let conn: Blocking;
+      if ("conn" in taken) {
+        conn = taken;
+      } else if (signal) {
+        // An abort ends the call while its connection opens (R4.6); the
+        // connection, once open, goes to the pool.
+        const opened = await raceAbort(taken, signal);
+        if (opened === ABORTED) {
+          taken.then(
+            (late) => this.router.giveBack(node, late),
+            () => {},
+          );
+          throw signal.reason;
+        }
+        conn = opened;
+      } else {
+        conn = await taken;
+      }
+      if (signal?.aborted) {
+        // Aborted while the connection opened: nothing was sent.
+        this.router.giveBack(node, conn);
+        throw signal.reason;
+      }
       let giveBack = true;
       try {
         const stamp = { sent: 0 };
