@@ -818,65 +818,70 @@ function scenarioFiles(): Array<{ area: string; scenarios: Scenario[] }> {
 const only = process.env["DLOCK_CONFORMANCE_ONLY"];
 const files = scenarioFiles();
 
-for (const kind of serverKinds()) {
-  describe(`conformance on ${kind}`, () => {
-    for (const adapter of ADAPTERS as AdapterName[]) {
-      describe(adapter, () => {
-        let server: Server;
-        let user: UserClient;
-        let runner: Runner;
-        let run = 0;
-        let skipped = 0;
-        let weightless: string | undefined;
-        before(async () => {
-          server = await Server.start(kind);
-          user = await userClient(adapter, server.port);
-          runner = new Runner(server, user);
-          weightless = await lacksWeights(server);
-        });
-        after(async () => {
-          await runner.reset().catch(() => {});
-          console.log(`# conformance (${kind}, ${adapter}): ${run} run, ${skipped} skipped`);
-          await user.close();
-          await runner.server.stop();
-        });
-        for (const file of files) {
-          for (const scenario of file.scenarios) {
-            if (only && !scenario.name.startsWith(only)) continue;
-            const reason = scenario.skip?.[LANGUAGE];
-            const weighted = scenario.steps.some((step) => "weight" in step);
-            it(scenario.name, { skip: reason }, async (t) => {
-              if (reason) {
-                skipped++;
-                return;
-              }
-              if (weighted && weightless) {
-                // Until branch srv-weights is merged: the module of this build has no WEIGHT.
-                skipped++;
-                console.log(`# SKIPPED ${scenario.name}: ${weightless}`);
-                t.skip(weightless);
-                return;
-              }
-              run++;
-              const repeat = scenario.repeat ?? 1;
-              for (let round = 1; round <= repeat; round++) {
-                // Each run with its own FLUSHALL and fresh clients.
-                await runner.reset();
-                for (const [index, step] of scenario.steps.entries()) {
-                  try {
-                    await runner.step(step);
-                  } catch (err) {
-                    const where = repeat > 1 ? `run ${round} of ${repeat}, ` : "";
-                    throw new Error(
-                      `${where}step ${index + 1} (${step.op}): ${err instanceof Error ? err.message : String(err)}`,
-                    );
+// The four runs (each server with each adapter, each with its own server
+// process) go at once: a run mostly waits (leases, pauses, sleeps), and one
+// after another they took four times as long. A run's scenarios go one by one.
+describe("conformance", { concurrency: true }, () => {
+  for (const kind of serverKinds()) {
+    describe(`conformance on ${kind}`, { concurrency: true }, () => {
+      for (const adapter of ADAPTERS as AdapterName[]) {
+        describe(adapter, { concurrency: 1 }, () => {
+          let server: Server;
+          let user: UserClient;
+          let runner: Runner;
+          let run = 0;
+          let skipped = 0;
+          let weightless: string | undefined;
+          before(async () => {
+            server = await Server.start(kind);
+            user = await userClient(adapter, server.port);
+            runner = new Runner(server, user);
+            weightless = await lacksWeights(server);
+          });
+          after(async () => {
+            await runner.reset().catch(() => {});
+            console.log(`# conformance (${kind}, ${adapter}): ${run} run, ${skipped} skipped`);
+            await user.close();
+            await runner.server.stop();
+          });
+          for (const file of files) {
+            for (const scenario of file.scenarios) {
+              if (only && !scenario.name.startsWith(only)) continue;
+              const reason = scenario.skip?.[LANGUAGE];
+              const weighted = scenario.steps.some((step) => "weight" in step);
+              it(scenario.name, { skip: reason }, async (t) => {
+                if (reason) {
+                  skipped++;
+                  return;
+                }
+                if (weighted && weightless) {
+                  // Until branch srv-weights is merged: the module of this build has no WEIGHT.
+                  skipped++;
+                  console.log(`# SKIPPED ${scenario.name}: ${weightless}`);
+                  t.skip(weightless);
+                  return;
+                }
+                run++;
+                const repeat = scenario.repeat ?? 1;
+                for (let round = 1; round <= repeat; round++) {
+                  // Each run with its own FLUSHALL and fresh clients.
+                  await runner.reset();
+                  for (const [index, step] of scenario.steps.entries()) {
+                    try {
+                      await runner.step(step);
+                    } catch (err) {
+                      const where = repeat > 1 ? `run ${round} of ${repeat}, ` : "";
+                      throw new Error(
+                        `${where}step ${index + 1} (${step.op}): ${err instanceof Error ? err.message : String(err)}`,
+                      );
+                    }
                   }
                 }
-              }
-            });
+              });
+            }
           }
-        }
-      });
-    }
-  });
-}
+        });
+      }
+    });
+  }
+});
