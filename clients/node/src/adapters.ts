@@ -143,6 +143,29 @@ class NodeRedisConnection implements Connection {
   }
 }
 
+/**
+ * Opens `wrapped` with `connect`, closing it when `signal` aborts first (the
+ * library's pending handshake then fails) or when the opening fails.
+ */
+async function connectOrAbort(
+  wrapped: Connection,
+  connect: () => Promise<unknown>,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const onAbort = () => wrapped.close();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    signal?.throwIfAborted();
+    await connect();
+    signal?.throwIfAborted();
+  } catch (err) {
+    wrapped.close();
+    throw err;
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+  }
+}
+
 /** Waits until an ioredis cluster has its topology (its node list). */
 async function ioClusterReady(cluster: IoRedisCluster): Promise<void> {
   if (cluster.status === "ready") return;
@@ -158,7 +181,7 @@ export function ioredisTransport(client: IoRedisClient | IoRedisCluster): Transp
   return {
     name: "ioredis",
     isCluster,
-    async connect(node?: NodeAddress): Promise<Connection> {
+    async connect(node?: NodeAddress, signal?: AbortSignal): Promise<Connection> {
       let base: IoRedisClient;
       if (isCluster) {
         const cluster = client as IoRedisCluster;
@@ -171,12 +194,7 @@ export function ioredisTransport(client: IoRedisClient | IoRedisCluster): Transp
       }
       const conn = base.duplicate(node ? { ...IOREDIS_OVERRIDES, ...node } : IOREDIS_OVERRIDES);
       const wrapped = new IoRedisConnection(conn);
-      try {
-        await conn.connect();
-      } catch (err) {
-        wrapped.close();
-        throw err;
-      }
+      await connectOrAbort(wrapped, () => conn.connect(), signal);
       return wrapped;
     },
   };
@@ -188,7 +206,7 @@ export function nodeRedisTransport(client: NodeRedisClient | NodeRedisCluster): 
   return {
     name: "node-redis",
     isCluster,
-    async connect(node?: NodeAddress): Promise<Connection> {
+    async connect(node?: NodeAddress, signal?: AbortSignal): Promise<Connection> {
       let base: NodeRedisClient;
       if (isCluster) {
         const cluster = client as NodeRedisCluster;
@@ -215,12 +233,7 @@ export function nodeRedisTransport(client: NodeRedisClient | NodeRedisCluster): 
       if (node) overrides["url"] = undefined;
       const conn = base.duplicate(overrides);
       const wrapped = new NodeRedisConnection(conn);
-      try {
-        await conn.connect();
-      } catch (err) {
-        wrapped.close();
-        throw err;
-      }
+      await connectOrAbort(wrapped, () => conn.connect(), signal);
       return wrapped;
     },
   };

@@ -72,6 +72,10 @@ export interface AcquireOptions {
   autoRenew?: boolean;
 }
 
+/** First and longest delay between a background release's attempts, ms. */
+const CLEANUP_RETRY_MS = 100;
+const CLEANUP_RETRY_MAX_MS = 1_000;
+
 const DEFAULTS: Required<DlockOptions> = {
   ttl: 30_000,
   renewDivisor: 3,
@@ -132,6 +136,10 @@ export class Dlock implements AsyncDisposable {
    * other's hold).
    */
   private readonly fairOwners = new Map<string, string>();
+  /** Clean-ups running in the background (R4.7). */
+  private readonly cleanups = new Set<Promise<void>>();
+  /** Aborted by {@link Dlock.close}: background releases stop trying again. */
+  private readonly closing = new AbortController();
 
   constructor(client: ClientLike, options: DlockOptions = {}) {
     this.options = { ...DEFAULTS, ...options };
@@ -212,8 +220,24 @@ export class Dlock implements AsyncDisposable {
     }
   }
 
-  /** Closes dlock's connections. Leases still held end with their lease on the server. */
+  /**
+   * Closes dlock's connections. Leases still held end with their lease on
+   * the server. Clean-ups still running (the release of a wait that timed
+   * out or was aborted) get up to the response timeout first.
+   */
   async close(): Promise<void> {
+    // Clean-ups try no more; an attempt in flight may end.
+    this.closing.abort();
+    if (this.cleanups.size > 0 && !this.router.isClosed) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all(this.cleanups),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, this.options.responseTimeout);
+        }),
+      ]);
+      clearTimeout(timer);
+    }
     this.router.close();
   }
 
@@ -278,26 +302,59 @@ export class Dlock implements AsyncDisposable {
       try {
         reply = await this.router.call(first, args, stamp);
       } catch (err) {
-        if (generated) await this.settleUnanswered(err, keys, owner, shared);
+        if (generated) this.settleUnanswered(err, keys, owner, shared, ttl);
         throw err;
       }
       since = stamp.sent;
       grants = readGrants(reply, multi);
       if (signal?.aborted) {
-        if (grants) await this.releaseAll(keys, owner, shared).catch(() => {});
+        if (grants) this.inBackground(this.releaseUntil(keys, owner, shared, ttl));
         throw signal.reason;
       }
     } else {
-      if (wait > 0) args.push("BLOCK", Number.isFinite(wait) ? String(Math.ceil(wait)) : "0");
+      // The whole call, a connection's opening included, ends by the wait
+      // plus the margin (R4.2, R4.6); a wait without end opens its
+      // connection within the response timeout.
+      const started = performance.now();
+      const bound = Number.isFinite(wait) ? wait + this.options.waitMargin : undefined;
       // A single server's node and an idle pooled connection come without an await.
       const nodeOrPromise = this.router.nodeOf(first);
       const node = typeof nodeOrPromise === "string" ? nodeOrPromise : await nodeOrPromise;
-      const taken = this.router.takeBlocking(node);
-      const conn = "conn" in taken ? taken : await taken;
+      const taken = this.router.takeBlocking(node, bound);
+      let conn: Blocking;
+      if ("conn" in taken) {
+        conn = taken;
+      } else if (signal) {
+        // An abort ends the call while its connection opens (R4.6); the
+        // connection, once open, goes to the pool.
+        const opened = await raceAbort(taken, signal);
+        if (opened === ABORTED) {
+          taken.then(
+            (late) => this.router.giveBack(node, late),
+            () => {},
+          );
+          throw signal.reason;
+        }
+        conn = opened;
+      } else {
+        conn = await taken;
+      }
+      if (signal?.aborted) {
+        // Aborted while the connection opened: nothing was sent.
+        this.router.giveBack(node, conn);
+        throw signal.reason;
+      }
       let giveBack = true;
       try {
         const stamp = { sent: 0 };
-        const timeout = Number.isFinite(wait) ? wait + this.options.waitMargin : undefined;
+        let timeout = bound;
+        if (bound !== undefined) {
+          const spent = performance.now() - started;
+          timeout = Math.max(1, bound - spent);
+          if (wait > 0) args.push("BLOCK", String(Math.max(1, Math.ceil(wait - spent))));
+        } else if (wait > 0) {
+          args.push("BLOCK", "0");
+        }
         const pending = conn.conn.call(args, timeout, stamp);
         let outcome: Reply | typeof ABORTED;
         try {
@@ -309,12 +366,14 @@ export class Dlock implements AsyncDisposable {
             outcome = await pending;
           }
         } catch (err) {
-          if (generated) await this.settleUnanswered(err, keys, owner, shared);
+          if (generated) this.settleUnanswered(err, keys, owner, shared, ttl);
           throw err;
         }
         if (outcome === ABORTED) {
           giveBack = false;
-          await this.cancelWait(node, conn, pending, keys, owner, generated, shared);
+          this.inBackground(
+            this.cancelWait(node, conn, pending, keys, owner, generated, shared, ttl),
+          );
           throw (signal as AbortSignal).reason;
         }
         grants = readGrants(outcome, multi);
@@ -329,6 +388,7 @@ export class Dlock implements AsyncDisposable {
             "WAIT",
           );
           if (acked < options.replicas.count) {
+            // The server answers: the release is awaited (bounded by the response timeout).
             await this.releaseAll(keys, owner, shared).catch(() => {});
             throw new NotReplicatedError(options.replicas.count, acked);
           }
@@ -381,10 +441,23 @@ export class Dlock implements AsyncDisposable {
   }
 
   /**
-   * Ends an aborted wait: `CLIENT UNBLOCK` on the wait's node, then settles
-   * a grant that raced the abort. Redis 7.0 can drop the reply of a waiter
-   * granted in the same turn as the unblock; a `PING` sent behind the wait
-   * answers in its place, and a generated owner is released blindly.
+   * Runs a clean-up in the background (R4.7): the caller, other calls and
+   * the library's I/O never wait for it; {@link Dlock.close} gives those
+   * still running a short while.
+   */
+  private inBackground(cleanup: Promise<void>): void {
+    const running = cleanup.catch(() => {});
+    this.cleanups.add(running);
+    void running.finally(() => this.cleanups.delete(running));
+  }
+
+  /**
+   * Ends an aborted wait, in the background: `CLIENT UNBLOCK` on the wait's
+   * node, then settles a grant that raced the abort. Redis 7.0 can drop the
+   * reply of a waiter granted in the same turn as the unblock; a `PING`
+   * sent behind the wait answers in its place, and a generated owner is
+   * released blindly. When the unblock gets no answer (a stalled server),
+   * closing the wait's connection ends the wait on the server.
    */
   private async cancelWait(
     node: string,
@@ -394,14 +467,19 @@ export class Dlock implements AsyncDisposable {
     owner: string,
     generated: boolean,
     shared: boolean,
+    ttl: number,
   ): Promise<void> {
     try {
-      await this.router.callOn(node, ["CLIENT", "UNBLOCK", conn.id]).catch(() => {});
-      void conn.conn.call(["PING"], this.options.responseTimeout).catch(() => {});
+      const unblocked = await this.router.callOn(node, ["CLIENT", "UNBLOCK", conn.id]).then(
+        () => true,
+        () => false,
+      );
+      // The PING's timeout closes the connection, which settles `pending` too.
+      if (unblocked) void conn.conn.call(["PING"], this.options.responseTimeout).catch(() => {});
+      else conn.conn.close();
       const late = await pending.catch(() => null);
-      if (Array.isArray(late) || generated) {
-        await this.releaseAll(keys, owner, shared).catch(() => {});
-      }
+      conn.conn.close();
+      if (Array.isArray(late) || generated) await this.releaseUntil(keys, owner, shared, ttl);
     } finally {
       conn.conn.close();
     }
@@ -409,17 +487,54 @@ export class Dlock implements AsyncDisposable {
 
   /**
    * An acquire that failed without an answer (a broken connection, a read
-   * timeout) may have been granted: for a generated owner, which holds at
-   * most that one hold, one release settles it. Error replies need nothing.
+   * timeout: R5.3) may have been granted, or may still be granted when a
+   * stalled server resumes: for a generated owner, which holds at most that
+   * one hold, a release settles it, in the background. Error replies need
+   * nothing.
    */
-  private async settleUnanswered(
+  private settleUnanswered(
     err: unknown,
     keys: readonly string[],
     owner: string,
     shared: boolean,
-  ): Promise<void> {
+    ttl: number,
+  ): void {
     if (err instanceof DlockError && err.code !== undefined) return;
-    await this.releaseAll(keys, owner, shared).catch(() => {});
+    this.inBackground(this.releaseUntil(keys, owner, shared, ttl));
+  }
+
+  /**
+   * Releases one hold of each key, trying again after a failure without an
+   * answer (a stalled or restarting server) until the lease would have
+   * ended by itself, or the client closes.
+   */
+  private async releaseUntil(
+    keys: readonly string[],
+    owner: string,
+    shared: boolean,
+    ttl: number,
+  ): Promise<void> {
+    const until = performance.now() + ttl;
+    for (let delay = CLEANUP_RETRY_MS; ; delay = Math.min(delay * 2, CLEANUP_RETRY_MAX_MS)) {
+      try {
+        await this.releaseAll(keys, owner, shared);
+        return;
+      } catch (err) {
+        if (err instanceof DlockError && err.code !== undefined) return;
+        if (this.closing.signal.aborted || performance.now() + delay >= until) return;
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, delay).unref();
+        const closing = this.closing.signal;
+        closing.addEventListener("abort", done, { once: true });
+        function done() {
+          clearTimeout(timer);
+          closing.removeEventListener("abort", done);
+          resolve();
+        }
+      });
+      if (this.closing.signal.aborted) return;
+    }
   }
 
   /** Releases one hold of each key; NOTOWNER is not an error here. */

@@ -161,8 +161,11 @@ export class Election {
           reply = await raceAbort(pending, signal);
           if (reply === ABORTED) {
             giveBack = false;
-            await router.callOn(node, ["CLIENT", "UNBLOCK", conn.id]).catch(() => {});
-            conn.conn.close();
+            // In the background (R4.7): the unblock, then closing the connection.
+            void router
+              .callOn(node, ["CLIENT", "UNBLOCK", conn.id])
+              .catch(() => {})
+              .finally(() => conn.conn.close());
             return;
           }
           failures = 0;

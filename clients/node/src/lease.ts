@@ -8,7 +8,7 @@ import { DlockError, LockLostError, NotOwnerError, ServerError } from "./errors.
 import { toBigInt } from "./replies.js";
 import type { Blocking, Router } from "./router.js";
 import type { Reply } from "./transport.js";
-import type { Watchdog, Watched } from "./watchdog.js";
+import { MAX_TIMER_MS, type Watchdog, type Watched } from "./watchdog.js";
 
 /** How the watchdog of one lease is set. */
 export interface WatchdogSettings {
@@ -107,7 +107,7 @@ export class Lease implements AsyncDisposable, Watched {
   wakeAt = Infinity;
   /** @internal The watchdog's: this lease's place in its heap. */
   heapIndex = -1;
-  private renewing: Promise<void> | undefined;
+  private renewing: Promise<unknown> | undefined;
   private releasing: Promise<void> | undefined;
   private lostError: LockLostError | undefined;
   private session: LeaseInit["session"];
@@ -166,8 +166,29 @@ export class Lease implements AsyncDisposable, Watched {
   async renew(): Promise<void> {
     if (this.lostError) throw this.lostError;
     if (this.releasing) throw new LeaseReleasedError("the lease was released");
-    await this.renewOnce();
+    if (performance.now() >= this.deadline) {
+      this.lose("no renewal succeeded before the local deadline");
+      throw this.lostError;
+    }
+    // R4.6: a renewal by hand ends by the local deadline at the latest (a
+    // stalled server answers nothing), lost then; and a round that renewed
+    // nothing (no answer, a refused connection) rejects with its failure.
+    let timer: NodeJS.Timeout | undefined;
+    const failure = await Promise.race([
+      this.renewOnce(),
+      new Promise<unknown>((resolve) => {
+        timer = setTimeout(
+          () => {
+            this.lose("no renewal succeeded before the local deadline");
+            resolve(undefined);
+          },
+          Math.min(MAX_TIMER_MS, Math.max(0, this.deadline - performance.now())),
+        );
+      }),
+    ]);
+    clearTimeout(timer);
     if (this.lostError) throw this.lostError;
+    if (failure !== undefined) throw failure;
   }
 
   /**
@@ -269,16 +290,20 @@ export class Lease implements AsyncDisposable, Watched {
     this.reschedule();
   }
 
-  /** One renewal round: never two in flight for one lease. */
-  private renewOnce(): Promise<void> {
+  /**
+   * One renewal round: never two in flight for one lease. Resolves to
+   * undefined when it renewed (or the lease ended), else to the failure
+   * that left a retry due (no answer, a connection error).
+   */
+  private renewOnce(): Promise<unknown> {
     this.renewing ??= this.renewRound().finally(() => {
       this.renewing = undefined;
     });
     return this.renewing;
   }
 
-  private async renewRound(): Promise<void> {
-    if (this.ended) return;
+  private async renewRound(): Promise<unknown> {
+    if (this.ended) return undefined;
     const ttl = String(this.ttl);
     const stamps = this.keys.map(() => ({ sent: performance.now() }));
     const results = await Promise.allSettled(
@@ -288,20 +313,20 @@ export class Lease implements AsyncDisposable, Watched {
     );
     // The renewed lease counts from the earliest of the renewals' sends.
     const sent = Math.min(...stamps.map((stamp) => stamp.sent));
-    if (this.ended) return;
-    let retry = false;
+    if (this.ended) return undefined;
+    let retry: unknown;
     for (const [index, result] of results.entries()) {
       if (result.status === "rejected") {
         const err = result.reason;
         if (err instanceof NotOwnerError) {
           this.lose("the server no longer has the hold (NOTOWNER)", err);
-          return;
+          return undefined;
         }
         if (err instanceof ServerError && err.code === "WRONGTYPE") {
           this.lose("the key now holds another type (WRONGTYPE)", err);
-          return;
+          return undefined;
         }
-        retry = true;
+        retry ??= err ?? new DlockError("the renewal failed");
         continue;
       }
       let token: bigint | undefined;
@@ -312,21 +337,22 @@ export class Lease implements AsyncDisposable, Watched {
       }
       if (token !== this.tokens[index]) {
         this.lose(`a renewal answered ${token === undefined ? "null" : `token ${token}`}`);
-        return;
+        return undefined;
       }
     }
     const now = performance.now();
-    if (retry) {
+    if (retry !== undefined) {
       if (now + RETRY_MS < this.deadline) {
         this.renewAt = now + RETRY_MS;
         this.reschedule();
       }
-      return;
+      return retry;
     }
     this.deadline = Math.max(this.deadline, sent + this.ttl - this.margin);
     this.watchDeadline = true;
     if (this.settings.autoRenew) this.renewAt = now + this.settings.renewEvery;
     this.reschedule();
+    return undefined;
   }
 
   private lose(why: string, cause?: unknown): void {

@@ -3,6 +3,7 @@
  *
  * @module
  */
+import { performance } from "node:perf_hooks";
 import type { AcquireOptions, Dlock } from "./dlock.js";
 import { ABORTED, raceAbort } from "./abort.js";
 import type { Lease } from "./lease.js";
@@ -93,19 +94,27 @@ export class Latch {
   async wait(timeout: number = Infinity, signal?: AbortSignal): Promise<LatchWait> {
     signal?.throwIfAborted();
     const router = this.dlock.router;
+    // The whole wait, a connection's opening included, ends by the timeout
+    // plus the margin (R4.6).
+    const started = performance.now();
+    const bound = Number.isFinite(timeout) ? timeout + this.dlock.options.waitMargin : undefined;
     const node = await router.nodeOf(this.key);
-    const conn = await router.takeBlocking(node);
+    const conn = await router.takeBlocking(node, bound);
     let giveBack = true;
     try {
-      const ms = Number.isFinite(timeout) ? String(Math.max(1, Math.ceil(timeout))) : "0";
-      const limit = Number.isFinite(timeout) ? timeout + this.dlock.options.waitMargin : undefined;
+      const spent = performance.now() - started;
+      const ms = Number.isFinite(timeout) ? String(Math.max(1, Math.ceil(timeout - spent))) : "0";
+      const limit = bound === undefined ? undefined : Math.max(1, bound - spent);
       const pending = conn.conn.call(["DLOCK.AWAIT", this.key, ms], limit);
       pending.catch(() => {});
       const outcome = signal ? await raceAbort(pending, signal) : await pending;
       if (outcome === ABORTED) {
         giveBack = false;
-        await router.callOn(node, ["CLIENT", "UNBLOCK", conn.id]).catch(() => {});
-        conn.conn.close();
+        // In the background (R4.7): the unblock, then closing the connection.
+        void router
+          .callOn(node, ["CLIENT", "UNBLOCK", conn.id])
+          .catch(() => {})
+          .finally(() => conn.conn.close());
         throw (signal as AbortSignal).reason;
       }
       if (outcome === null) return "timed_out";

@@ -175,10 +175,49 @@ export class Router {
     return state;
   }
 
-  private async open(node: string): Promise<Tracked> {
+  /** Whether {@link Router.close} was called. */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /**
+   * Opens a connection to `node`, its handshake included, within
+   * `timeoutMs` (R4.7): a stalled server (paused, frozen) accepts the TCP
+   * connection and then answers no handshake, and neither library bounds
+   * that. On the timeout the opening is aborted (the transport's signal),
+   * and a connection that still arrives is closed.
+   */
+  private async open(node: string, timeoutMs: number): Promise<Tracked> {
     if (this.closed) throw new DlockError("dlock is closed");
     const address = node === "" ? undefined : parseAddress(node);
-    const conn = await this.transport.connect(address);
+    const abort = new AbortController();
+    const connecting = this.transport.connect(address, abort.signal);
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => {
+          reject(
+            new TimeoutError(
+              `no connection to ${node === "" ? "the server" : node} within ${Math.round(timeoutMs)} ms`,
+            ),
+          );
+          abort.abort();
+        },
+        Math.min(MAX_TIMER_MS, Math.max(1, timeoutMs)),
+      );
+    });
+    let conn: Connection;
+    try {
+      conn = await Promise.race([connecting, timedOut]);
+    } catch (err) {
+      connecting.then(
+        (late) => late.close(),
+        () => {},
+      );
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
     if (this.closed) {
       conn.close();
       throw new DlockError("dlock is closed");
@@ -210,7 +249,7 @@ export class Router {
       let conn: Tracked | undefined;
       try {
         const known = this.slots ? [...new Set(this.slots)].filter(Boolean) : [];
-        conn = await this.open(known[0] ?? "");
+        conn = await this.open(known[0] ?? "", this.options.responseTimeout);
         const reply = await conn.call(["CLUSTER", "SLOTS"], this.options.responseTimeout);
         const slots: string[] = this.slots ? [...this.slots] : new Array<string>(16384).fill("");
         for (const range of (reply as Reply[]) ?? []) {
@@ -229,6 +268,7 @@ export class Router {
     return this.slotsLoad;
   }
 
+  /** The command connection of `node`, opened within the response timeout. */
   private command(node: string): Promise<Tracked> {
     const state = this.state(node);
     const current = state.command;
@@ -248,7 +288,7 @@ export class Router {
         },
       );
     }
-    const opening = this.open(node);
+    const opening = this.open(node, this.options.responseTimeout);
     state.command = opening;
     void opening.then(
       (conn) => {
@@ -291,27 +331,40 @@ export class Router {
     }
   }
 
-  /** Sends an immediate command on `node`'s command connection. */
+  /**
+   * Sends an immediate command on `node`'s command connection. The response
+   * timeout bounds the whole call, the opening of that connection included.
+   */
   callOn(node: string, args: readonly RedisArg[], stamp?: SendStamp): Promise<Reply> {
     const ready = this.nodes.get(node)?.ready;
-    if (ready && !ready.closed) return ready.call(args, this.options.responseTimeout, stamp);
-    return this.command(node).then((conn) => conn.call(args, this.options.responseTimeout, stamp));
+    const timeout = this.options.responseTimeout;
+    if (ready && !ready.closed) return ready.call(args, timeout, stamp);
+    const started = performance.now();
+    return this.command(node).then((conn) =>
+      conn.call(args, Math.max(1, timeout - (performance.now() - started)), stamp),
+    );
   }
 
-  /** A connection for one blocking wait on `node`: an idle one from the pool (without a promise), or a new one. */
-  takeBlocking(node: string): Blocking | Promise<Blocking> {
+  /**
+   * A connection for one blocking wait on `node`: an idle one from the pool
+   * (without a promise), or a new one, opened and identified (`CLIENT ID`)
+   * within `timeoutMs` (default: the response timeout).
+   */
+  takeBlocking(node: string, timeoutMs?: number): Blocking | Promise<Blocking> {
     const state = this.state(node);
     while (state.idle.length > 0) {
       const blocking = state.idle.pop() as Blocking;
       if (!blocking.conn.closed) return blocking;
     }
-    return this.openBlocking(node);
+    return this.openBlocking(node, timeoutMs ?? this.options.responseTimeout);
   }
 
-  private async openBlocking(node: string): Promise<Blocking> {
-    const conn = await this.open(node);
+  private async openBlocking(node: string, timeoutMs: number): Promise<Blocking> {
+    const started = performance.now();
+    const conn = await this.open(node, timeoutMs);
     try {
-      const id = await conn.call(["CLIENT", "ID"], this.options.responseTimeout);
+      const left = Math.max(1, timeoutMs - (performance.now() - started));
+      const id = await conn.call(["CLIENT", "ID"], left);
       return { conn, id: String(id) };
     } catch (err) {
       conn.close();

@@ -48,7 +48,11 @@ export interface Transport {
   readonly isCluster: boolean;
   /**
    * Opens a new dedicated connection to `node`, or, when `node` is
-   * undefined, to the server (any reachable node of a cluster).
+   * undefined, to the server (any reachable node of a cluster). When
+   * `signal` aborts before the connection is ready (dlock's connect and
+   * handshake timeout: a stalled server answers no handshake), give up the
+   * opening (reject, or close what was opened); dlock closes a connection
+   * that arrives after it.
    */
-  connect(node?: NodeAddress): Promise<Connection>;
+  connect(node?: NodeAddress, signal?: AbortSignal): Promise<Connection>;
 }

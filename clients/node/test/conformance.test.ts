@@ -7,6 +7,7 @@
  */
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
+import { performance } from "node:perf_hooks";
 import { after, before, describe, it } from "node:test";
 import {
   DeadlockError,
@@ -76,6 +77,7 @@ const STEP_FIELDS = new Set([
   "args",
   "ms",
   "field",
+  "returns_within_ms",
 ]);
 const READS = new Set([
   "info",
@@ -96,6 +98,30 @@ interface Scenario {
   name: string;
   skip?: Record<string, string>;
   steps: Step[];
+  repeat?: number;
+}
+
+/**
+ * A connection error of the libraries (kind `connection`): refused, reset
+ * or closed. Neither library has one class for them: node-redis names its
+ * errors (`SocketClosedUnexpectedlyError`, `ClientClosedError`, ...),
+ * ioredis says "Connection is closed.", and both pass the socket's errno
+ * errors (`ECONNREFUSED`, `ECONNRESET`, `EPIPE`) as they are.
+ */
+function isConnectionError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === "string" && /^(ECONNREFUSED|ECONNRESET|EPIPE|ECONNABORTED)$/.test(code))
+    return true;
+  const names =
+    /^(SocketClosedUnexpectedlyError|ClientClosedError|ClientOfflineError|ConnectionTimeoutError|DisconnectsClientError|SocketTimeoutError)$/;
+  // node-redis's error classes keep the name "Error": their constructor's name tells.
+  if (names.test(err.name) || names.test(err.constructor.name)) return true;
+  // ioredis: a connection seen closed, or found closed when writing.
+  if (/^Connection is closed\.?$|^Stream isn't writeable/.test(err.message)) return true;
+  // AggregateError of a refused connection to every address of localhost.
+  if (err instanceof AggregateError) return err.errors.some(isConnectionError);
+  return false;
 }
 
 function kindOf(err: unknown): string {
@@ -107,6 +133,7 @@ function kindOf(err: unknown): string {
   if (err instanceof ServerError)
     return err.code === "WRONGTYPE" ? "wrongtype" : `server:${err.code}`;
   if (err instanceof RangeError || err instanceof TypeError) return "invalid_argument";
+  if (isConnectionError(err)) return "connection";
   return `other:${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`;
 }
 
@@ -213,7 +240,11 @@ interface GuardSlot {
 interface Task {
   promise: Promise<Outcome>;
   controller: AbortController;
-  kind: "acquire" | "campaign" | "latch_wait" | "command";
+  kind: "acquire" | "campaign" | "latch_wait" | "command" | "renew";
+  /** How long the task ran, ms, once it has ended (`returns_within_ms`). */
+  took?: number;
+  /** Set by its `await` step. */
+  awaited?: boolean;
   /** The lease a background acquire got, to release when the task is cancelled. */
   granted?: Promise<Lease | Leadership | undefined>;
   conn?: RespConnection;
@@ -233,6 +264,10 @@ class Runner {
   private tasks = new Map<string, Task>();
   private observers = new Map<string, ObserverSlot>();
   private vars = new Map<string, Value>();
+  /** The time each awaited task ran, ms (its `returns_within_ms`). */
+  private awaited = new Map<string, number>();
+  /** Set by `stop_server` until `start_server`. */
+  private stopped = false;
 
   constructor(
     public server: Server,
@@ -317,19 +352,35 @@ class Runner {
   async step(step: Step): Promise<void> {
     for (const field of Object.keys(step))
       if (!STEP_FIELDS.has(field)) throw new Error(`unknown field ${field}`);
-    if ("result" in step && "error" in step) throw new Error("result and error are exclusive");
     if (step["background"] === true) {
       const name = step["as"];
       if (typeof name !== "string") throw new Error("a background step needs `as`");
-      this.tasks.set(name, await this.start(step));
+      const started = performance.now();
+      const task = await this.start(step);
+      // The task's own time, from its start to its end (not to its `await`).
+      void task.promise.then(() => {
+        task.took = performance.now() - started;
+      });
+      this.tasks.set(name, task);
       return;
     }
     const within =
       typeof step["within_ms"] === "number" && READS.has(step.op) ? step["within_ms"] : undefined;
     const deadline = within === undefined ? undefined : Date.now() + within;
+    const bound = step["returns_within_ms"];
     for (;;) {
+      const started = performance.now();
       const outcome = await this.run(step);
-      const failure = this.judge(step, outcome);
+      let took = performance.now() - started;
+      if (step.op === "await") {
+        const name = step["task"] as string;
+        took = this.awaited.get(name) ?? took;
+      }
+      const failure =
+        this.judge(step, outcome) ??
+        (typeof bound === "number" && took > bound
+          ? `ended after ${Math.round(took)} ms, more than returns_within_ms ${bound}`
+          : undefined);
       if (failure === undefined) {
         if (typeof step["capture"] === "string" && outcome.ok)
           this.vars.set(step["capture"], outcome.value);
@@ -341,15 +392,17 @@ class Runner {
   }
 
   judge(step: Step, outcome: Outcome | { ok: true; value: "nothing" }): string | undefined {
-    const want = step["error"];
-    if (typeof want === "string") {
-      if (!outcome.ok)
-        return want === outcome.kind
-          ? undefined
-          : `expected error ${want}, got error ${outcome.kind}`;
-      return `expected error ${want}, got ${show(outcome.value)}`;
+    const raw = step["error"];
+    // One kind or a list of kinds; with `result` too, the step may end either way.
+    const kinds = raw === undefined ? undefined : Array.isArray(raw) ? (raw as string[]) : [raw];
+    if (kinds !== undefined && !outcome.ok) {
+      return kinds.includes(outcome.kind)
+        ? undefined
+        : `expected error ${kinds.join(" or ")}, got error ${outcome.kind}`;
     }
     if (!outcome.ok) return `failed with ${outcome.kind}`;
+    if (kinds !== undefined && !("result" in step))
+      return `expected error ${kinds.join(" or ")}, got ${show(outcome.value)}`;
     if (!("result" in step)) return undefined;
     return check(this.resolve(step["result"]), outcome.value as Value);
   }
@@ -428,6 +481,11 @@ class Runner {
           controller,
           kind: "latch_wait",
         };
+      case "renew": {
+        const slot = this.slot(step);
+        if (slot.released || !slot.lease) throw new Error("the guard was released");
+        return { promise: settle(slot.lease.renew(), () => null), controller, kind: "renew" };
+      }
       case "command": {
         const conn = await RespConnection.open(this.server.port);
         const args = need(step["args"] as string[] | undefined, "args").map((a) => this.text(a));
@@ -502,7 +560,9 @@ class Runner {
         const name = need(step["task"] as string | undefined, "task");
         const task = this.tasks.get(name);
         if (!task) throw new Error(`unknown task ${name}`);
-        this.tasks.delete(name);
+        if (task.awaited) throw new Error(`task ${name} was awaited already`);
+        // Kept: a later `cancel` releases what it got.
+        task.awaited = true;
         const within = (step["within_ms"] as number | undefined) ?? DEFAULT_AWAIT_MS;
         let timer: NodeJS.Timeout | undefined;
         const late = new Promise<never>((_, reject) => {
@@ -512,7 +572,11 @@ class Runner {
           );
         });
         try {
-          return await Promise.race([task.promise, late]);
+          const outcome = await Promise.race([task.promise, late]);
+          // `took` is set by a callback queued before this await's.
+          await Promise.resolve();
+          this.awaited.set(name, task.took ?? Infinity);
+          return outcome;
         } finally {
           clearTimeout(timer);
           task.conn?.close();
@@ -590,6 +654,33 @@ class Runner {
         this.server = await this.server.restart();
         return done;
       }
+      case "stop_server": {
+        if (this.stopped) throw new Error("the server is stopped already");
+        for (const conn of this.conns.values()) conn.close();
+        this.conns.clear();
+        await this.server.stop();
+        this.stopped = true;
+        return done;
+      }
+      case "start_server": {
+        if (!this.stopped) throw new Error("the server is not stopped");
+        this.server = await this.server.restart();
+        this.stopped = false;
+        return done;
+      }
+      case "pause_server": {
+        // A raw connection of its own, closed once the pause is set: the
+        // pause outlives it, and no other raw connection is touched.
+        const ms = need(step["ms"] as number | undefined, "ms");
+        const conn = await RespConnection.open(this.server.port);
+        try {
+          const reply = await conn.call(["CLIENT", "PAUSE", String(ms), "ALL"]);
+          if (reply !== "OK") throw new Error(`CLIENT PAUSE answered ${show(reply)}`);
+        } finally {
+          conn.close();
+        }
+        return done;
+      }
       case "sleep":
         await sleep(need(step["ms"] as number | undefined, "ms"));
         return done;
@@ -646,6 +737,12 @@ class Runner {
     for (const conn of this.conns.values()) conn.close();
     this.conns.clear();
     this.vars.clear();
+    this.awaited.clear();
+    if (this.stopped) {
+      // A scenario that failed with the server stopped: the next one needs it.
+      this.server = await this.server.restart();
+      this.stopped = false;
+    }
     const admin = await this.raw("admin");
     await admin.call(["CLIENT", "UNPAUSE"]);
     await admin.call(["FLUSHALL"]);
@@ -721,60 +818,70 @@ function scenarioFiles(): Array<{ area: string; scenarios: Scenario[] }> {
 const only = process.env["DLOCK_CONFORMANCE_ONLY"];
 const files = scenarioFiles();
 
-for (const kind of serverKinds()) {
-  describe(`conformance on ${kind}`, () => {
-    for (const adapter of ADAPTERS as AdapterName[]) {
-      describe(adapter, () => {
-        let server: Server;
-        let user: UserClient;
-        let runner: Runner;
-        let run = 0;
-        let skipped = 0;
-        let weightless: string | undefined;
-        before(async () => {
-          server = await Server.start(kind);
-          user = await userClient(adapter, server.port);
-          runner = new Runner(server, user);
-          weightless = await lacksWeights(server);
-        });
-        after(async () => {
-          await runner.reset().catch(() => {});
-          console.log(`# conformance (${kind}, ${adapter}): ${run} run, ${skipped} skipped`);
-          await user.close();
-          await runner.server.stop();
-        });
-        for (const file of files) {
-          for (const scenario of file.scenarios) {
-            if (only && !scenario.name.startsWith(only)) continue;
-            const reason = scenario.skip?.[LANGUAGE];
-            const weighted = scenario.steps.some((step) => "weight" in step);
-            it(scenario.name, { skip: reason }, async (t) => {
-              if (reason) {
-                skipped++;
-                return;
-              }
-              if (weighted && weightless) {
-                // Until branch srv-weights is merged: the module of this build has no WEIGHT.
-                skipped++;
-                console.log(`# SKIPPED ${scenario.name}: ${weightless}`);
-                t.skip(weightless);
-                return;
-              }
-              run++;
-              await runner.reset();
-              for (const [index, step] of scenario.steps.entries()) {
-                try {
-                  await runner.step(step);
-                } catch (err) {
-                  throw new Error(
-                    `step ${index + 1} (${step.op}): ${err instanceof Error ? err.message : String(err)}`,
-                  );
+// The four runs (each server with each adapter, each with its own server
+// process) go at once: a run mostly waits (leases, pauses, sleeps), and one
+// after another they took four times as long. A run's scenarios go one by one.
+describe("conformance", { concurrency: true }, () => {
+  for (const kind of serverKinds()) {
+    describe(`conformance on ${kind}`, { concurrency: true }, () => {
+      for (const adapter of ADAPTERS as AdapterName[]) {
+        describe(adapter, { concurrency: 1 }, () => {
+          let server: Server;
+          let user: UserClient;
+          let runner: Runner;
+          let run = 0;
+          let skipped = 0;
+          let weightless: string | undefined;
+          before(async () => {
+            server = await Server.start(kind);
+            user = await userClient(adapter, server.port);
+            runner = new Runner(server, user);
+            weightless = await lacksWeights(server);
+          });
+          after(async () => {
+            await runner.reset().catch(() => {});
+            console.log(`# conformance (${kind}, ${adapter}): ${run} run, ${skipped} skipped`);
+            await user.close();
+            await runner.server.stop();
+          });
+          for (const file of files) {
+            for (const scenario of file.scenarios) {
+              if (only && !scenario.name.startsWith(only)) continue;
+              const reason = scenario.skip?.[LANGUAGE];
+              const weighted = scenario.steps.some((step) => "weight" in step);
+              it(scenario.name, { skip: reason }, async (t) => {
+                if (reason) {
+                  skipped++;
+                  return;
                 }
-              }
-            });
+                if (weighted && weightless) {
+                  // Until branch srv-weights is merged: the module of this build has no WEIGHT.
+                  skipped++;
+                  console.log(`# SKIPPED ${scenario.name}: ${weightless}`);
+                  t.skip(weightless);
+                  return;
+                }
+                run++;
+                const repeat = scenario.repeat ?? 1;
+                for (let round = 1; round <= repeat; round++) {
+                  // Each run with its own FLUSHALL and fresh clients.
+                  await runner.reset();
+                  for (const [index, step] of scenario.steps.entries()) {
+                    try {
+                      await runner.step(step);
+                    } catch (err) {
+                      const where = repeat > 1 ? `run ${round} of ${repeat}, ` : "";
+                      throw new Error(
+                        `${where}step ${index + 1} (${step.op}): ${err instanceof Error ? err.message : String(err)}`,
+                      );
+                    }
+                  }
+                }
+              });
+            }
           }
-        }
-      });
-    }
-  });
-}
+        });
+      }
+    });
+  }
+});

@@ -5,6 +5,9 @@
  */
 import { Socket, connect } from "node:net";
 
+/** The read timeout of a raw connection, ms (at least 10 s: README, `pause_server`). */
+export const READ_TIMEOUT_MS = 15_000;
+
 export type RespValue = string | bigint | null | RespValue[] | RespError;
 
 export class RespError {
@@ -45,13 +48,26 @@ export class RespConnection {
     });
   }
 
-  /** Sends a command; resolves to its reply (an error reply as a RespError value). */
-  call(args: readonly string[]): Promise<RespValue> {
+  /**
+   * Sends a command; resolves to its reply (an error reply as a RespError
+   * value). Without a reply within `timeoutMs` (default 15 s: longer than
+   * any pause of a conformance scenario) the connection is closed and the
+   * call rejects.
+   */
+  call(args: readonly string[], timeoutMs = READ_TIMEOUT_MS): Promise<RespValue> {
     if (this.closedError) return Promise.reject(this.closedError);
     const parts = [`*${args.length}\r\n`];
     for (const arg of args) parts.push(`$${Buffer.byteLength(arg)}\r\n${arg}\r\n`);
     return new Promise((resolve, reject) => {
-      this.waiting.push((value) => (value instanceof Error ? reject(value) : resolve(value)));
+      const timer = setTimeout(() => {
+        this.closedError ??= new Error(`raw connection: no reply to ${args[0]} in ${timeoutMs} ms`);
+        this.socket.destroy();
+      }, timeoutMs);
+      this.waiting.push((value) => {
+        clearTimeout(timer);
+        if (value instanceof Error) reject(value);
+        else resolve(value);
+      });
       this.socket.write(parts.join(""));
     });
   }
