@@ -9,7 +9,9 @@ import time
 from types import SimpleNamespace, TracebackType
 from typing import Any, Callable, List, Optional, Sequence, Type
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import _core
 from ._core import (
@@ -386,18 +388,29 @@ class Lock:
                     hold.counts = list(before)
                 else:
                     self._forget(hold)
-            self._abandon(owner, before)
+            # R4.4, R5.3 (a read timeout included): give back whatever the
+            # call may have been granted, in a thread of its own (R4.7): the
+            # caller and its next call never wait for a stalled server. Not
+            # a daemon: the interpreter's exit waits for it (bounded).
+            threading.Thread(
+                target=self._abandon, args=(owner, before), name=f"dlock-cleanup:{self.name!r}"
+            ).start()
             raise
 
     def _abandon(self, owner: bytes, before: List[int]) -> None:
         """After an interrupted acquire (its connection closed): waits until
         the server dropped the waiter, then gives back any hold granted in
-        the meantime, so that nothing of the call is left behind."""
+        the meantime, so that nothing of the call is left behind. Bounded
+        by ``CLEANUP_PATIENCE`` (each read by what is left of it)."""
         end = time.monotonic() + CLEANUP_PATIENCE
         for i, key in enumerate(self._keys):
             try:
                 while True:
-                    info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", key))
+                    left = max(0.01, end - time.monotonic())
+                    reply = call_on_own_connection(self.redis, [["DLOCK.INFO", key]], left)[0]
+                    if isinstance(reply, ResponseError):
+                        raise reply
+                    info = _core.parse_info(reply)
                     if not _core.info_queued(info, owner) or time.monotonic() > end:
                         break
                     time.sleep(CLEANUP_POLL)
@@ -564,7 +577,18 @@ class Lock:
         if hold.lost.is_set():
             raise LockLostError(message)  # R3.4: a lost hold stays lost
         sent = time.monotonic()
-        lost, refused = _core.judge_renewal(self._renew(hold, ttl_ms), hold.fences)
+        # R4.6: a renewal by hand waits for its reply until the hold's local
+        # deadline at the latest, and fails with LockLostError once that
+        # has passed.
+        remaining = hold.lost.deadline.remaining()
+        try:
+            replies = self._renew(hold, ttl_ms, _UNCHANGED if remaining is None else max(0.001, remaining))
+        except (RedisTimeoutError, RedisConnectionError) as error:
+            if hold.lost.is_set():
+                hold.stop_watchdog()
+                raise LockLostError(message) from error
+            raise
+        lost, refused = _core.judge_renewal(replies, hold.fences)
         if lost is not None:
             hold.lost.lose(lost)
             hold.stop_watchdog()
