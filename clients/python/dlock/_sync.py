@@ -126,6 +126,9 @@ class _Local(threading.local):
     token: Optional[bytes] = None
     hold: Optional["_Hold"] = None
     lost: Optional[LostEvent] = None
+    #: The owner of a ``fair`` try that was not granted: the next try asks
+    #: under it again, keeping its place in the queue (R8).
+    fair_owner: Optional[bytes] = None
 
 
 class _Shared(SimpleNamespace):
@@ -134,6 +137,9 @@ class _Shared(SimpleNamespace):
     token: Optional[bytes] = None
     hold: Optional["_Hold"] = None
     lost: Optional[LostEvent] = None
+    #: The owner of a ``fair`` try that was not granted: the next try asks
+    #: under it again, keeping its place in the queue (R8).
+    fair_owner: Optional[bytes] = None
 
 
 class _Hold:
@@ -322,8 +328,11 @@ class Lock:
             owner = self.redis.get_encoder().encode(token)
         elif self._owner_source is not None:
             owner = self._owner_source()
+        elif self.fair and self.local.fair_owner is not None:
+            owner = self.local.fair_owner  # a poller keeps its place (R8)
         else:
             owner = _core.new_owner()
+        keep_place = self.fair and token is None and self._owner_source is None
         block_ms: Optional[int] = None
         socket_timeout: Optional[float] = None
         if blocking and (blocking_timeout is None or blocking_timeout > 0):
@@ -357,7 +366,11 @@ class Lock:
                 raise
             grants = _core.parse_grants(reply, self._multi)
             if grants is None:
+                if keep_place:
+                    self.local.fair_owner = owner  # its reservation waits for this owner's next try
                 return False
+            if keep_place:
+                self.local.fair_owner = None  # a granted owner is never reused
             if block_ms is not None:
                 sent = time.monotonic()  # the lease began when the wait ended
             if same and current is not None:

@@ -198,12 +198,14 @@ class _Local(threading.local):
     token: Optional[bytes] = None
     hold: Optional["_Hold"] = None
     lost: Optional[LostEvent] = None
+    fair_owner: Optional[bytes] = None
 
 
 class _Shared(SimpleNamespace):
     token: Optional[bytes] = None
     hold: Optional["_Hold"] = None
     lost: Optional[LostEvent] = None
+    fair_owner: Optional[bytes] = None
 
 
 class _Hold:
@@ -317,8 +319,11 @@ class Lock:
             owner = self.redis.get_encoder().encode(token)
         elif self._owner_source is not None:
             owner = self._owner_source()
+        elif self.fair and self.local.fair_owner is not None:
+            owner = self.local.fair_owner  # a poller keeps its place (R8)
         else:
             owner = _core.new_owner()
+        keep_place = self.fair and token is None and self._owner_source is None
         block_ms: Optional[int] = None
         socket_timeout: Optional[float] = None
         if blocking and (blocking_timeout is None or blocking_timeout > 0):
@@ -355,7 +360,11 @@ class Lock:
                 raise
             grants = _core.parse_grants(reply, self._multi)
             if grants is None:
+                if keep_place:
+                    self.local.fair_owner = owner  # its reservation waits for this owner's next try
                 return False
+            if keep_place:
+                self.local.fair_owner = None  # a granted owner is never reused
             if block_ms is not None:
                 sent = time.monotonic()
             if same and current is not None:

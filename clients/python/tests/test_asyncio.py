@@ -246,6 +246,29 @@ def test_cancellation_racing_a_grant_gives_it_back(server, key):
     run(server, body)
 
 
+def test_a_fair_poller_keeps_its_place(server, key):
+    """R8, as dlock.Lock: one owner for the tries of one fair lock until
+    granted."""
+
+    async def body(client):
+        holder = make(client, key)
+        assert await holder.acquire()
+        poller = dlock.asyncio.Lock(client, key, fair=True)
+        assert not await poller.acquire(blocking=False)
+        assert not await poller.acquire(blocking=False)
+        assert len((await ainfo(client, key))["queue"]) == 1
+        await holder.release()
+        assert not await make(client, key).acquire(blocking=False)
+        assert await poller.acquire(blocking=False)
+        first = poller.local.token
+        await poller.release()
+        assert await ainfo(client, key) is None
+        assert await poller.acquire(blocking=False) and poller.local.token != first
+        await poller.release()
+
+    run(server, body)
+
+
 def test_tasks_contending_for_one_lock_exclude_each_other(server, key):
     async def body(client):
         fences = []

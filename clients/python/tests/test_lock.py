@@ -349,6 +349,27 @@ def test_fair_lock(r, key):
     fair.release()
 
 
+def test_a_fair_poller_keeps_its_place(r, key):
+    """R8: tries of one fair lock without a token ask under one owner until
+    granted, so the reservation of a failed try is the poller's own: with a
+    new owner per try it would never get the lock, and its reservations
+    would block everyone."""
+    holder = make(r, key)
+    assert holder.acquire()
+    poller = dlock.Lock(r, key, fair=True)
+    assert not poller.acquire(blocking=False)
+    assert not poller.acquire(blocking=False)
+    assert len(info(r, key)["queue"]) == 1  # one place, kept
+    holder.release()
+    assert not make(r, key).acquire(blocking=False)  # the place is the poller's
+    assert poller.acquire(blocking=False)
+    first = poller.local.token
+    poller.release()
+    assert info(r, key) is None
+    assert poller.acquire(blocking=False) and poller.local.token != first  # a granted owner is not reused
+    poller.release()
+
+
 def test_session_hold_ends_with_its_connection(server, key):
     client = server.client()
     lock = dlock.Lock(client, key, timeout=60, session=True)
