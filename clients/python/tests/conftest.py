@@ -232,6 +232,7 @@ CONFORMANCE_IGNORED: list = []
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    terminalreporter.write_line(f"redis-py {redis.__version__} ({Path(redis.__file__).parent})")
     for kind, (run, skipped) in sorted(CONFORMANCE_COUNTS.items()):
         terminalreporter.write_line(f"conformance ({kind}): {run} run, {skipped} skipped")
     for what in sorted(set(CONFORMANCE_IGNORED)):

@@ -85,7 +85,7 @@ def test_asyncio_task_cancel_and_timeouts_race_the_grant(server):
                     await _left_nothing(client, key)
             assert await _ainfo(client, base) is None
         finally:
-            await client.aclose()
+            await client.aclose() if hasattr(client, "aclose") else await client.close()
         return outcomes
 
     outcomes = asyncio.run(main())

@@ -670,8 +670,11 @@ class Runner:
                     await guard.lock.release()
                 except Exception:  # the next scenario starts from FLUSHALL anyway
                     pass
-        for client in list(self.clients.values()) + list(self.conns.values()):
-            await client.aclose()
+        for conn in self.conns.values():
+            await conn.aclose()
+        for client in self.clients.values():
+            # redis-py 5.0.0 has close() only (aclose() came with 5.0.1).
+            await (client.aclose() if hasattr(client, "aclose") else client.close())
 
 
 class RawConnection:
