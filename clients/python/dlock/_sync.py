@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from types import SimpleNamespace, TracebackType
-from typing import Any, Callable, List, Optional, Sequence, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
@@ -17,6 +17,7 @@ from . import _core
 from ._core import (
     CLEANUP_PATIENCE,
     CLEANUP_POLL,
+    CONNECT_PATIENCE,
     DEFAULT_WATCHDOG_TIMEOUT,
     WAIT_MARGIN,
     DeadlockError,
@@ -38,6 +39,45 @@ def _pool_connection(pool: Any) -> Any:
         return pool.get_connection("DLOCK")
 
 
+def _connection_within(pool: Any, seconds: float) -> Any:
+    """A connection of ``pool`` within ``seconds`` (R4.6): a paused server
+    answers no handshake, and redis-py's connect retries for seconds. An
+    idle connection is taken at once; a new one is opened by a thread,
+    which puts it back into the pool if the caller gave up
+    (``redis.exceptions.TimeoutError``, nothing sent). A pool of another
+    kind is left to the library's own settings."""
+    idle = getattr(pool, "_available_connections", None)
+    if not isinstance(idle, list) or (idle and getattr(idle[-1], "_sock", None) is not None):
+        return _pool_connection(pool)  # the pool's next one is connected
+    outcome: Dict[str, Any] = {}
+    guard = threading.Lock()
+    ready = threading.Event()
+
+    def take() -> None:
+        try:
+            conn = _pool_connection(pool)
+        except BaseException as error:  # handed to the caller
+            outcome["error"] = error
+            ready.set()
+            return
+        with guard:
+            if outcome.get("gave_up"):
+                pool.release(conn)  # connected after all: for the next call
+                return
+            outcome["conn"] = conn
+        ready.set()
+
+    threading.Thread(target=take, name="dlock-connect", daemon=True).start()
+    ready.wait(max(0.0, seconds))
+    with guard:
+        if "conn" in outcome:
+            return outcome["conn"]
+        if "error" in outcome:
+            raise outcome["error"]
+        outcome["gave_up"] = True
+    raise RedisTimeoutError(f"Timeout connecting to server (within {seconds:.3f} s)")
+
+
 def call_on_own_connection(
     client: Any, commands: Sequence[Sequence[Any]], timeout: Any = _UNCHANGED
 ) -> List[Any]:
@@ -49,9 +89,15 @@ def call_on_own_connection(
     A blocked ``BLOCK`` wait or a renewal on it never queues behind, nor
     delays, the commands of other threads. On any failure other than an
     error reply (a timeout, a dropped connection, KeyboardInterrupt) the
-    connection is closed, so the server forgets a waiter it had queued."""
+    connection is closed, so the server forgets a waiter it had queued.
+
+    The connection is taken within ``CONNECT_PATIENCE`` seconds (and within
+    ``timeout``), and ``timeout`` counts from the call's start: the whole
+    call ends by then (R4.6)."""
     pool = client.connection_pool
-    conn = _pool_connection(pool)
+    bounded = timeout is not _UNCHANGED and timeout is not None
+    end = time.monotonic() + timeout if bounded else None
+    conn = _connection_within(pool, min(CONNECT_PATIENCE, timeout) if bounded else CONNECT_PATIENCE)
     try:
         if len(commands) == 1:
             conn.send_command(*commands[0])
@@ -59,7 +105,7 @@ def call_on_own_connection(
             conn.send_packed_command(conn.pack_commands(commands))
         sock = conn._sock
         if timeout is not _UNCHANGED and sock is not None:
-            sock.settimeout(timeout)
+            sock.settimeout(max(0.001, end - time.monotonic()) if end is not None else None)
         replies: List[Any] = []
         try:
             for _ in commands:

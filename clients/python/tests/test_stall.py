@@ -19,6 +19,7 @@ import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ConstantBackoff
+from redis.retry import Retry
 
 import dlock
 import dlock.asyncio
@@ -33,6 +34,7 @@ SLACK = 1.0
 WAIT = 0.2
 LEASE = 1.0
 PAUSE_MS = 4500
+DOWN_LEASE = 0.5
 
 
 def _warm(r: redis.Redis, n: int) -> None:
@@ -76,6 +78,9 @@ def test_a_paused_server_holds_no_call_past_its_bound(server):
     assert short.acquire(blocking=False)
     sync_waiter = dlock.Lock(r, held, timeout=60)
     sync_free = dlock.Lock(r, free, timeout=60)
+    # A client whose pool is empty: the wait's connection must be opened,
+    # and the paused server answers no handshake.
+    sync_fresh = dlock.Lock(server.client(), held, timeout=60)
 
     async def main():
         ar = redis.asyncio.Redis(port=server.port)
@@ -104,6 +109,7 @@ def test_a_paused_server_holds_no_call_past_its_bound(server):
                 loop.run_in_executor(None, _timed, lambda: sync_waiter.acquire(blocking_timeout=WAIT)),
                 loop.run_in_executor(None, _timed, lambda: sync_free.acquire(blocking_timeout=WAIT)),
                 loop.run_in_executor(None, _timed, short.renew),
+                loop.run_in_executor(None, _timed, lambda: sync_fresh.acquire(blocking_timeout=WAIT)),
                 _atimed(dlock.asyncio.Lock(ar, held, timeout=60).acquire(blocking_timeout=WAIT)),
                 _atimed(dlock.asyncio.Lock(ar, afree, timeout=60).acquire(blocking_timeout=WAIT)),
                 _atimed(ashort.renew()),
@@ -119,6 +125,7 @@ def test_a_paused_server_holds_no_call_past_its_bound(server):
         (s_wait, s_wait_took),
         (s_free, s_free_took),
         (s_renew, s_renew_took),
+        (s_fresh, s_fresh_took),
         (a_wait, a_wait_took),
         (a_free, a_free_took),
         (a_renew, a_renew_took),
@@ -128,7 +135,13 @@ def test_a_paused_server_holds_no_call_past_its_bound(server):
     # A wait ends by its wait plus the margin (R4.2, R4.6), its clean-up in
     # the background (R4.7): with a margin of 5 s, or a clean-up that waits
     # for the server, these return with the pause's end.
-    for outcome, took in ((s_wait, s_wait_took), (s_free, s_free_took), (a_wait, a_wait_took), (a_free, a_free_took)):
+    for outcome, took in (
+        (s_wait, s_wait_took),
+        (s_free, s_free_took),
+        (s_fresh, s_fresh_took),
+        (a_wait, a_wait_took),
+        (a_free, a_free_took),
+    ):
         assert isinstance(outcome, redis.exceptions.TimeoutError), outcome
         assert took < WAIT + MARGIN + SLACK, took
     assert isinstance(a_latch, redis.exceptions.TimeoutError) and a_latch_took < WAIT + MARGIN + SLACK
@@ -171,15 +184,27 @@ def test_with_the_server_down_renew_and_release_end_in_time(tmp_path):
         async def main():
             ar = redis.asyncio.Redis(port=srv.port, retry=AsyncRetry(ConstantBackoff(1.0), 5))
             try:
-                lock = dlock.asyncio.Lock(ar, "down", timeout=LEASE)
+                lock = dlock.asyncio.Lock(ar, "down", timeout=DOWN_LEASE)
                 assert await lock.acquire(blocking=False)
+                sr = redis.Redis(port=srv.port, retry=Retry(ConstantBackoff(1.0), 5))
+                slock = dlock.Lock(sr, "sdown", timeout=DOWN_LEASE)
+                assert slock.acquire(blocking=False)
+                sr.connection_pool.disconnect()  # the next call opens a connection
                 srv.process.kill()
                 srv.process.wait()
                 renewed, renew_took = await _atimed(lock.renew())
                 assert isinstance(renewed, (dlock.LockLostError, redis.exceptions.RedisError)), renewed
-                assert renew_took < LEASE + SLACK, renew_took
+                assert renew_took < DOWN_LEASE + SLACK, renew_took
                 assert lock.lost.is_set() or isinstance(renewed, redis.exceptions.ConnectionError)
                 released, release_took = await _atimed(lock.release())
+                assert isinstance(released, redis.exceptions.RedisError), released
+                assert release_took < MARGIN + SLACK, release_took
+                # The same with the threaded client (its connection opened
+                # by a thread of its own, the caller waiting at most 2 s).
+                renewed, renew_took = _timed(slock.renew)
+                assert isinstance(renewed, (dlock.LockLostError, redis.exceptions.RedisError)), renewed
+                assert renew_took < DOWN_LEASE + SLACK, renew_took
+                released, release_took = _timed(slock.release)
                 assert isinstance(released, redis.exceptions.RedisError), released
                 assert release_took < MARGIN + SLACK, release_took
             finally:
