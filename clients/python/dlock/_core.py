@@ -27,11 +27,11 @@ DEFAULT_WATCHDOG_TIMEOUT = 30.0
 #: plus this (R4.2, R4.6: at most 2 s).
 WAIT_MARGIN = 2.0
 
-#: How long ``dlock.asyncio`` lets the library connect a pool connection for
-#: one of dlock's calls (its handshake and its own retries included), in
-#: seconds, before the call fails with ``redis.exceptions.TimeoutError``: a
-#: stalled or stopped server never holds a caller longer than that before a
-#: command is even sent (R4.6).
+#: How long dlock lets the library connect a pool connection for one of
+#: dlock's calls (its handshake and its own retries included), in seconds,
+#: before the call fails with ``redis.exceptions.TimeoutError``: a stalled
+#: or stopped server never holds a caller longer than that before a command
+#: is even sent (R4.6).
 CONNECT_PATIENCE = 2.0
 
 #: How long an interrupted wait may take to clean up after itself (to see

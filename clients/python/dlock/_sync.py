@@ -476,7 +476,8 @@ class Lock:
                 exclusive, shared, _pttl = _core.info_holds(info, owner)
                 extra = (shared if self._shared else exclusive) - before[i]
                 for _ in range(max(0, extra)):
-                    self._once(_core.release_args(key, owner, self._shared))
+                    left = max(0.01, end - time.monotonic())
+                    call_on_own_connection(self.redis, [_core.release_args(key, owner, self._shared)], left)
             except Exception as error:  # the lease ends the hold anyway
                 logger.warning("dlock: clean-up of an interrupted wait on %r failed: %s", key, error)
 
