@@ -1,11 +1,23 @@
 # The Python client (clients/python/, docs/clients.md#python): a virtual environment
 # under target/ with the package and its test extras, then pytest against
 # redis-server and Valkey (servers started by clients/python/tests/conftest.py).
+# The venv takes today's newest redis-py (pyproject says redis>=5); the
+# oldest supported, redis-py 5.0.0, goes to a directory put first on
+# PYTHONPATH for a second, short run: the conformance scenarios and the
+# snippets on Redis 7.0 (the compatibility table of clients/python/README.md).
 PYVENV := target/python-venv
+PYREDIS_OLDEST := 5.0.0
+PYREDIS_OLD := target/python-redis$(PYREDIS_OLDEST)
 .PHONY: python-test
 CLIENT_SUITES += python-test
-python-test: build $(PYVENV)/.installed
+python-test: build $(PYVENV)/.installed $(PYREDIS_OLD)/.installed
 	cd clients/python && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" ../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider
+	cd clients/python && PYTHONPATH=../../$(PYREDIS_OLD) ../../$(PYVENV)/bin/python -c 'import redis, sys; sys.exit(redis.__version__ != "$(PYREDIS_OLDEST)")'
+	cd clients/python && PYTHONPATH=../../$(PYREDIS_OLD) DLOCK_PY_SERVERS=redis ../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider tests/test_conformance.py tests/test_snippets.py
+$(PYREDIS_OLD)/.installed: $(PYVENV)/.installed
+	rm -rf $(PYREDIS_OLD)
+	$(PYVENV)/bin/python -m pip install --quiet --target $(PYREDIS_OLD) 'redis==$(PYREDIS_OLDEST)'
+	touch $@
 $(PYVENV)/.installed: clients/python/pyproject.toml
 	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
 	$(PYVENV)/bin/python -m pip install --quiet --upgrade pip

@@ -22,8 +22,17 @@ DEFAULT_WATCHDOG_TIMEOUT = 30.0
 
 #: How much longer than a ``BLOCK`` wait the socket of the waiting connection
 #: waits for the reply, in seconds: the server answers a timed-out waiter
-#: itself, so the socket timeout only catches a dead connection.
-WAIT_MARGIN = 5.0
+#: itself, so the socket timeout only catches a dead connection. A whole
+#: wait (the connection taken from the pool included) ends within its wait
+#: plus this (R4.2, R4.6: at most 2 s).
+WAIT_MARGIN = 2.0
+
+#: How long dlock lets the library connect a pool connection for one of
+#: dlock's calls (its handshake and its own retries included), in seconds,
+#: before the call fails with ``redis.exceptions.TimeoutError``: a stalled
+#: or stopped server never holds a caller longer than that before a command
+#: is even sent (R4.6).
+CONNECT_PATIENCE = 2.0
 
 #: How long an interrupted wait may take to clean up after itself (to see
 #: its waiter leave the queue and to release a grant that raced with the

@@ -7,14 +7,17 @@ import logging
 import threading
 import time
 from types import SimpleNamespace, TracebackType
-from typing import Any, Callable, List, Optional, Sequence, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import _core
 from ._core import (
     CLEANUP_PATIENCE,
     CLEANUP_POLL,
+    CONNECT_PATIENCE,
     DEFAULT_WATCHDOG_TIMEOUT,
     WAIT_MARGIN,
     DeadlockError,
@@ -36,6 +39,45 @@ def _pool_connection(pool: Any) -> Any:
         return pool.get_connection("DLOCK")
 
 
+def _connection_within(pool: Any, seconds: float) -> Any:
+    """A connection of ``pool`` within ``seconds`` (R4.6): a paused server
+    answers no handshake, and redis-py's connect retries for seconds. An
+    idle connection is taken at once; a new one is opened by a thread,
+    which puts it back into the pool if the caller gave up
+    (``redis.exceptions.TimeoutError``, nothing sent). A pool of another
+    kind is left to the library's own settings."""
+    idle = getattr(pool, "_available_connections", None)
+    if not isinstance(idle, list) or (idle and getattr(idle[-1], "_sock", None) is not None):
+        return _pool_connection(pool)  # the pool's next one is connected
+    outcome: Dict[str, Any] = {}
+    guard = threading.Lock()
+    ready = threading.Event()
+
+    def take() -> None:
+        try:
+            conn = _pool_connection(pool)
+        except BaseException as error:  # handed to the caller
+            outcome["error"] = error
+            ready.set()
+            return
+        with guard:
+            if outcome.get("gave_up"):
+                pool.release(conn)  # connected after all: for the next call
+                return
+            outcome["conn"] = conn
+        ready.set()
+
+    threading.Thread(target=take, name="dlock-connect", daemon=True).start()
+    ready.wait(max(0.0, seconds))
+    with guard:
+        if "conn" in outcome:
+            return outcome["conn"]
+        if "error" in outcome:
+            raise outcome["error"]
+        outcome["gave_up"] = True
+    raise RedisTimeoutError(f"Timeout connecting to server (within {seconds:.3f} s)")
+
+
 def call_on_own_connection(
     client: Any, commands: Sequence[Sequence[Any]], timeout: Any = _UNCHANGED
 ) -> List[Any]:
@@ -47,9 +89,15 @@ def call_on_own_connection(
     A blocked ``BLOCK`` wait or a renewal on it never queues behind, nor
     delays, the commands of other threads. On any failure other than an
     error reply (a timeout, a dropped connection, KeyboardInterrupt) the
-    connection is closed, so the server forgets a waiter it had queued."""
+    connection is closed, so the server forgets a waiter it had queued.
+
+    The connection is taken within ``CONNECT_PATIENCE`` seconds (and within
+    ``timeout``), and ``timeout`` counts from the call's start: the whole
+    call ends by then (R4.6)."""
     pool = client.connection_pool
-    conn = _pool_connection(pool)
+    bounded = timeout is not _UNCHANGED and timeout is not None
+    end = time.monotonic() + timeout if bounded else None
+    conn = _connection_within(pool, min(CONNECT_PATIENCE, timeout) if bounded else CONNECT_PATIENCE)
     try:
         if len(commands) == 1:
             conn.send_command(*commands[0])
@@ -57,7 +105,7 @@ def call_on_own_connection(
             conn.send_packed_command(conn.pack_commands(commands))
         sock = conn._sock
         if timeout is not _UNCHANGED and sock is not None:
-            sock.settimeout(timeout)
+            sock.settimeout(max(0.001, end - time.monotonic()) if end is not None else None)
         replies: List[Any] = []
         try:
             for _ in commands:
@@ -124,6 +172,9 @@ class _Local(threading.local):
     token: Optional[bytes] = None
     hold: Optional["_Hold"] = None
     lost: Optional[LostEvent] = None
+    #: The owner of a ``fair`` try that was not granted: the next try asks
+    #: under it again, keeping its place in the queue (R8).
+    fair_owner: Optional[bytes] = None
 
 
 class _Shared(SimpleNamespace):
@@ -132,6 +183,9 @@ class _Shared(SimpleNamespace):
     token: Optional[bytes] = None
     hold: Optional["_Hold"] = None
     lost: Optional[LostEvent] = None
+    #: The owner of a ``fair`` try that was not granted: the next try asks
+    #: under it again, keeping its place in the queue (R8).
+    fair_owner: Optional[bytes] = None
 
 
 class _Hold:
@@ -320,8 +374,11 @@ class Lock:
             owner = self.redis.get_encoder().encode(token)
         elif self._owner_source is not None:
             owner = self._owner_source()
+        elif self.fair and self.local.fair_owner is not None:
+            owner = self.local.fair_owner  # a poller keeps its place (R8)
         else:
             owner = _core.new_owner()
+        keep_place = self.fair and token is None and self._owner_source is None
         block_ms: Optional[int] = None
         socket_timeout: Optional[float] = None
         if blocking and (blocking_timeout is None or blocking_timeout > 0):
@@ -355,7 +412,11 @@ class Lock:
                 raise
             grants = _core.parse_grants(reply, self._multi)
             if grants is None:
+                if keep_place:
+                    self.local.fair_owner = owner  # its reservation waits for this owner's next try
                 return False
+            if keep_place:
+                self.local.fair_owner = None  # a granted owner is never reused
             if block_ms is not None:
                 sent = time.monotonic()  # the lease began when the wait ended
             if same and current is not None:
@@ -386,25 +447,37 @@ class Lock:
                     hold.counts = list(before)
                 else:
                     self._forget(hold)
-            self._abandon(owner, before)
+            # R4.4, R5.3 (a read timeout included): give back whatever the
+            # call may have been granted, in a thread of its own (R4.7): the
+            # caller and its next call never wait for a stalled server. Not
+            # a daemon: the interpreter's exit waits for it (bounded).
+            threading.Thread(
+                target=self._abandon, args=(owner, before), name=f"dlock-cleanup:{self.name!r}"
+            ).start()
             raise
 
     def _abandon(self, owner: bytes, before: List[int]) -> None:
         """After an interrupted acquire (its connection closed): waits until
         the server dropped the waiter, then gives back any hold granted in
-        the meantime, so that nothing of the call is left behind."""
+        the meantime, so that nothing of the call is left behind. Bounded
+        by ``CLEANUP_PATIENCE`` (each read by what is left of it)."""
         end = time.monotonic() + CLEANUP_PATIENCE
         for i, key in enumerate(self._keys):
             try:
                 while True:
-                    info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", key))
+                    left = max(0.01, end - time.monotonic())
+                    reply = call_on_own_connection(self.redis, [["DLOCK.INFO", key]], left)[0]
+                    if isinstance(reply, ResponseError):
+                        raise reply
+                    info = _core.parse_info(reply)
                     if not _core.info_queued(info, owner) or time.monotonic() > end:
                         break
                     time.sleep(CLEANUP_POLL)
                 exclusive, shared, _pttl = _core.info_holds(info, owner)
                 extra = (shared if self._shared else exclusive) - before[i]
                 for _ in range(max(0, extra)):
-                    self._once(_core.release_args(key, owner, self._shared))
+                    left = max(0.01, end - time.monotonic())
+                    call_on_own_connection(self.redis, [_core.release_args(key, owner, self._shared)], left)
             except Exception as error:  # the lease ends the hold anyway
                 logger.warning("dlock: clean-up of an interrupted wait on %r failed: %s", key, error)
 
@@ -564,7 +637,18 @@ class Lock:
         if hold.lost.is_set():
             raise LockLostError(message)  # R3.4: a lost hold stays lost
         sent = time.monotonic()
-        lost, refused = _core.judge_renewal(self._renew(hold, ttl_ms), hold.fences)
+        # R4.6: a renewal by hand waits for its reply until the hold's local
+        # deadline at the latest, and fails with LockLostError once that
+        # has passed.
+        remaining = hold.lost.deadline.remaining()
+        try:
+            replies = self._renew(hold, ttl_ms, _UNCHANGED if remaining is None else max(0.001, remaining))
+        except (RedisTimeoutError, RedisConnectionError) as error:
+            if hold.lost.is_set():
+                hold.stop_watchdog()
+                raise LockLostError(message) from error
+            raise
+        lost, refused = _core.judge_renewal(replies, hold.fences)
         if lost is not None:
             hold.lost.lose(lost)
             hold.stop_watchdog()

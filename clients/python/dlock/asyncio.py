@@ -3,8 +3,10 @@
 watchdog task instead of a thread and ``lost`` an ``asyncio.Event``.
 
 A cancelled wait (task cancellation, ``asyncio.timeout``) closes its
-connection, waits until the server dropped the waiter and gives back any
-grant that raced with the cancellation, then lets the cancellation go on."""
+connection and lets the cancellation go on at once; a task in the background
+waits until the server dropped the waiter and gives back any grant that
+raced with the cancellation (R4.4, R4.7), for at most ``CLEANUP_PATIENCE``
+seconds."""
 
 from __future__ import annotations
 
@@ -13,14 +15,17 @@ import logging
 import threading
 import time
 from types import SimpleNamespace, TracebackType
-from typing import Any, Callable, List, Optional, Sequence, Type
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Set, Type, TypeVar
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import _core
 from ._core import (
     CLEANUP_PATIENCE,
     CLEANUP_POLL,
+    CONNECT_PATIENCE,
     DEFAULT_WATCHDOG_TIMEOUT,
     WAIT_MARGIN,
     DeadlockError,
@@ -54,11 +59,58 @@ _UNCHANGED = object()
 _FOREVER = 1e9
 
 
-async def _pool_connection(pool: Any) -> Any:
+_T = TypeVar("_T")
+
+#: The clean-ups running in the background (a strong reference each, so
+#: that the loop does not drop them half-way).
+_CLEANUPS: Set["asyncio.Future[Any]"] = set()
+
+
+async def _get_connection(pool: Any) -> Any:
     try:
         return await pool.get_connection()
     except TypeError:  # redis-py before 5.3 wants a command name
         return await pool.get_connection("DLOCK")
+
+
+async def _pool_connection(pool: Any) -> Any:
+    """A connection of ``pool``, connected within ``CONNECT_PATIENCE``
+    seconds (redis-py's connect retries with a backoff of seconds, and a
+    paused server answers no handshake): ``redis.exceptions.TimeoutError``
+    otherwise, with nothing sent (R4.6)."""
+    try:
+        return await asyncio.wait_for(_get_connection(pool), CONNECT_PATIENCE)
+    except asyncio.TimeoutError:
+        raise RedisTimeoutError(f"Timeout connecting to server (within {CONNECT_PATIENCE} s)") from None
+
+
+async def _within(work: Awaitable[_T], seconds: Optional[float]) -> _T:
+    """``work`` ended within ``seconds`` (None: no bound), else
+    ``redis.exceptions.TimeoutError``: the bound of a wait or of a renewal
+    by hand, whatever stalls (a connection's opening, a paused server)."""
+    if seconds is None:
+        return await work
+    try:
+        return await asyncio.wait_for(work, max(0.0, seconds))
+    except asyncio.TimeoutError:
+        raise RedisTimeoutError(f"no reply within {seconds:.3f} s") from None
+
+
+def _in_background(work: Awaitable[Any], what: str) -> None:
+    """Runs a clean-up (R4.7) as a task of its own, bounded by
+    ``CLEANUP_PATIENCE``: it never delays the caller or the next call."""
+
+    async def bounded() -> None:
+        try:
+            await asyncio.wait_for(work, CLEANUP_PATIENCE)
+        except asyncio.TimeoutError:
+            logger.warning("dlock: %s did not end within %s s", what, CLEANUP_PATIENCE)
+        except Exception as error:  # the lease ends the hold anyway
+            logger.warning("dlock: %s failed: %s", what, error)
+
+    task = asyncio.ensure_future(bounded())
+    _CLEANUPS.add(task)
+    task.add_done_callback(_CLEANUPS.discard)
 
 
 async def call_on_own_connection(
@@ -146,12 +198,14 @@ class _Local(threading.local):
     token: Optional[bytes] = None
     hold: Optional["_Hold"] = None
     lost: Optional[LostEvent] = None
+    fair_owner: Optional[bytes] = None
 
 
 class _Shared(SimpleNamespace):
     token: Optional[bytes] = None
     hold: Optional["_Hold"] = None
     lost: Optional[LostEvent] = None
+    fair_owner: Optional[bytes] = None
 
 
 class _Hold:
@@ -265,8 +319,11 @@ class Lock:
             owner = self.redis.get_encoder().encode(token)
         elif self._owner_source is not None:
             owner = self._owner_source()
+        elif self.fair and self.local.fair_owner is not None:
+            owner = self.local.fair_owner  # a poller keeps its place (R8)
         else:
             owner = _core.new_owner()
+        keep_place = self.fair and token is None and self._owner_source is None
         block_ms: Optional[int] = None
         socket_timeout: Optional[float] = None
         if blocking and (blocking_timeout is None or blocking_timeout > 0):
@@ -291,7 +348,10 @@ class Lock:
                 if block_ms is None:
                     reply = await _once(self.redis, args)
                 else:
-                    reply = (await call_on_own_connection(self.redis, [args], socket_timeout))[0]
+                    # The whole wait, the connection's opening included,
+                    # ends by its wait plus the margin (R4.2, R4.6).
+                    replies = await _within(call_on_own_connection(self.redis, [args], socket_timeout), socket_timeout)
+                    reply = replies[0]
                     if isinstance(reply, ResponseError):
                         raise reply
             except ResponseError as error:
@@ -300,7 +360,11 @@ class Lock:
                 raise
             grants = _core.parse_grants(reply, self._multi)
             if grants is None:
+                if keep_place:
+                    self.local.fair_owner = owner  # its reservation waits for this owner's next try
                 return False
+            if keep_place:
+                self.local.fair_owner = None  # a granted owner is never reused
             if block_ms is not None:
                 sent = time.monotonic()
             if same and current is not None:
@@ -328,10 +392,9 @@ class Lock:
                     hold.counts = list(before)
                 else:
                     self._forget(hold)
-            try:
-                await asyncio.shield(self._abandon(owner, before))
-            except BaseException:  # cancelled again: the shielded clean-up goes on
-                pass
+            # R4.4, R5.3 (a read timeout included): give back whatever the
+            # call may have been granted, in the background (R4.7).
+            _in_background(self._abandon(owner, before), f"the clean-up of an interrupted wait on {self.name!r}")
             raise
 
     async def _abandon(self, owner: bytes, before: List[int]) -> None:
@@ -368,7 +431,8 @@ class Lock:
                 continue
             remaining = hold.lost.deadline.remaining()
             try:
-                replies = await self._renew(hold, hold.lease_ms, timeout=max(0.01, remaining or lease))
+                bound = max(0.01, remaining or lease)
+                replies = await _within(self._renew(hold, hold.lease_ms, timeout=bound), bound)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # a dropped connection: try again soon (R2.6)
@@ -519,7 +583,18 @@ class Lock:
         if hold.lost.is_set():
             raise LockLostError(message)  # R3.4: a lost hold stays lost
         sent = time.monotonic()
-        lost, refused = _core.judge_renewal(await self._renew(hold, ttl_ms), hold.fences)
+        # R4.6: a renewal by hand ends by the hold's local deadline at the
+        # latest, with ``LockLostError`` once that has passed.
+        remaining = hold.lost.deadline.remaining()
+        try:
+            read_timeout: Any = _UNCHANGED if remaining is None else max(0.001, remaining)
+            replies = await _within(self._renew(hold, ttl_ms, timeout=read_timeout), remaining)
+        except (RedisTimeoutError, RedisConnectionError) as error:
+            if hold.lost.is_set():
+                hold.stop_watchdog()
+                raise LockLostError(message) from error
+            raise
+        lost, refused = _core.judge_renewal(replies, hold.fences)
         if lost is not None:
             hold.lost.lose(lost)
             hold.stop_watchdog()
@@ -673,7 +748,12 @@ class Latch:
         else:
             block_ms = _core.seconds_to_ms(timeout)
             socket_timeout = timeout + WAIT_MARGIN
-        reply = (await call_on_own_connection(self.redis, [["DLOCK.AWAIT", self.name, block_ms]], socket_timeout))[0]
+        reply = (
+            await _within(
+                call_on_own_connection(self.redis, [["DLOCK.AWAIT", self.name, block_ms]], socket_timeout),
+                socket_timeout,
+            )
+        )[0]
         if isinstance(reply, ResponseError):
             raise reply
         if reply is None:

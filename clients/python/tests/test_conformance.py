@@ -25,18 +25,21 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 import dlock
 import dlock.asyncio
-from conftest import CONFORMANCE_COUNTS, PATIENCE
+from conftest import CONFORMANCE_COUNTS, CONFORMANCE_IGNORED as IGNORED, PATIENCE
 
 LANGUAGE = "python"
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
 DEFAULT_AWAIT = 5.0
+#: The read timeout of the runner's raw connections, in seconds: at least
+#: 10 s, longer than any pause of a scenario.
+RAW_READ_TIMEOUT = 15.0
 POLL = 0.005
 
 STEP_FIELDS = {
     "op", "note", "result", "error", "capture", "within_ms", "background", "client", "conn", "guard",
     "task", "observer", "as", "kind", "key", "keys", "limit", "weight", "lease_ms", "wait_ms",
     "wait_forever", "fair", "session", "owner", "count", "n", "ttl_ms", "timeout_ms", "identity",
-    "args", "ms", "field",
+    "args", "ms", "field", "returns_within_ms",
 }
 READ_STEPS = {"info", "info_dlock", "command", "held", "lost", "leader", "observed", "latch_count"}
 
@@ -53,6 +56,27 @@ def _scenarios() -> List[Any]:
         for scenario in json.loads(path.read_text())["scenarios"]:
             out.append(pytest.param(scenario, id=scenario["name"]))
     return out
+
+
+#: Expectations the README gives no runner a way to meet, ignored (and
+#: printed at the end of the session) until the scenario is corrected:
+#: (scenario, step index from 1, field of the step's `result` object).
+#: The README's `leader` value is `{"identity", "term"}`; DLOCK.INFO reports
+#: no lease, so no client can report the leader's `lease_ms`.
+UNMEETABLE = {("stall.pause_bounds_every_wait", 26, "lease_ms")}
+
+
+def without_unmeetable(scenario: Dict[str, Any]) -> Dict[str, Any]:
+    steps = []
+    for index, step in enumerate(scenario["steps"], 1):
+        result = step.get("result")
+        for name, at, field in UNMEETABLE:
+            if name == scenario["name"] and at == index and isinstance(result, dict) and field in result:
+                result = {k: v for k, v in result.items() if k != field}
+                step = {**step, "result": result}
+                IGNORED.append(f"{name} step {index} ({step['op']}): result field {field}")
+        steps.append(step)
+    return {**scenario, "steps": steps}
 
 
 def test_scenario_files_follow_the_schema():
@@ -89,6 +113,8 @@ def kind_of(error: BaseException) -> str:
         return "not_owner"
     if isinstance(error, (redis.TimeoutError, asyncio.TimeoutError)):
         return "timeout"
+    if isinstance(error, (redis.ConnectionError, ConnectionError)):
+        return "connection"
     if isinstance(error, ResponseError):
         code = str(error).split(" ", 1)[0]
         return "wrongtype" if code == "WRONGTYPE" else f"server:{code}"
@@ -269,24 +295,29 @@ class Runner:
         unknown = set(step) - STEP_FIELDS
         if unknown:
             raise Failure(f"unknown fields {sorted(unknown)}")
-        if "result" in step and "error" in step:
-            raise Failure("result and error are exclusive")
         if step.get("background"):
             name = step.get("as")
             if name is None:
                 raise Failure("a background step needs `as`")
-            self.tasks[name] = (step["op"], asyncio.ensure_future(self.start(step)))
+            self.tasks[name] = (step["op"], asyncio.ensure_future(self.timed(self.start(step))))
             await asyncio.sleep(0)  # let it send its command
             return
         within = step.get("within_ms") if step["op"] in READ_STEPS else None
         deadline = None if within is None else time.monotonic() + within / 1000
         while True:
+            began = time.monotonic()
             try:
                 value, error = await self.run(step), None
             except StepError as failed:
                 value, error = None, failed.kind
+            took = time.monotonic() - began
+            if step["op"] == "await":
+                value, error, took = value
             try:
                 self.judge(step, value, error)
+                bound = step.get("returns_within_ms")
+                if bound is not None and took * 1000 > bound:
+                    raise Failure(f"returned after {took * 1000:.0f} ms, more than {bound} ms")
             except Failure:
                 if deadline is not None and time.monotonic() < deadline:
                     await asyncio.sleep(POLL)
@@ -297,14 +328,32 @@ class Runner:
             return
 
     def judge(self, step: Dict[str, Any], value: Any, error: Optional[str]) -> None:
-        if "error" in step:
-            if error != step["error"]:
-                raise Failure(f"expected error {step['error']}, got {error or repr(value)}")
-            return
+        # With both `result` and `error` the step may end either way (README, Matchers).
         if error is not None:
-            raise Failure(f"failed with {error}")
+            if "error" not in step:
+                raise Failure(f"failed with {error}")
+            kinds = step["error"] if isinstance(step["error"], list) else [step["error"]]
+            if error not in kinds:
+                raise Failure(f"expected error {step['error']}, got {error}")
+            return
+        if "error" in step and "result" not in step:
+            raise Failure(f"expected error {step['error']}, got {value!r}")
         if "result" in step:
             check(self.resolve(step["result"]), value)
+
+    @staticmethod
+    async def timed(work: Any) -> Tuple[Any, Optional[str], float]:
+        """A background step: (value, error kind, seconds from its start to
+        its end). Any error of the library is a kind (R9.1), never a crash
+        of the runner."""
+        began = time.monotonic()
+        try:
+            value, error = await work, None
+        except StepError as failed:
+            value, error = None, failed.kind
+        except (redis.exceptions.RedisError, OSError, asyncio.TimeoutError, LockError, ValueError, TypeError) as failed:
+            value, error = None, kind_of(failed)
+        return value, error, time.monotonic() - began
 
     def start(self, step: Dict[str, Any]) -> Any:
         op = step["op"]
@@ -316,6 +365,8 @@ class Runner:
             return self.command(step, dedicated=True)
         if op == "campaign":
             return self.campaign(step)
+        if op == "renew":
+            return self.run(step)
         raise Failure(f"{op} cannot run in the background")
 
     def make_lock(self, step: Dict[str, Any]) -> Tuple[Any, bool]:
@@ -350,7 +401,7 @@ class Runner:
             blocking, timeout = False, None
         try:
             granted = await lock.acquire(blocking=blocking, blocking_timeout=timeout, token=token)
-        except (ResponseError, LockError, ValueError, TypeError) as error:
+        except (redis.exceptions.RedisError, OSError, LockError, ValueError, TypeError) as error:
             raise StepError(kind_of(error)) from None
         if not granted:
             raise StepError("busy")
@@ -369,7 +420,7 @@ class Runner:
             timeout = step.get("wait_ms", 0) / 1000
         try:
             leadership = await self.election(step).campaign(self.text(step["identity"]), timeout=timeout)
-        except (ResponseError, LockError) as error:
+        except (redis.exceptions.RedisError, OSError, LockError) as error:
             raise StepError(kind_of(error)) from None
         if leadership is None:
             raise StepError("busy")
@@ -411,7 +462,7 @@ class Runner:
             opened = await latch.wait(None if timeout == 0 else timeout / 1000)
         except dlock.LatchBrokenError:
             return "vanished"
-        except ResponseError as error:
+        except (redis.exceptions.RedisError, OSError) as error:
             raise StepError(kind_of(error)) from None
         return "opened" if opened else "timed_out"
 
@@ -445,13 +496,13 @@ class Runner:
                 if was_lost and "error" not in step:
                     return None
                 raise StepError(kind_of(error)) from None
-            except (ResponseError, LockError) as error:
+            except (redis.exceptions.RedisError, OSError, LockError) as error:
                 raise StepError(kind_of(error)) from None
             return None
         if op == "renew":
             try:
                 await self.guard(step).lock.renew()
-            except (ResponseError, LockError) as error:
+            except (redis.exceptions.RedisError, OSError, LockError) as error:
                 raise StepError(kind_of(error)) from None
             return None
         if op == "held":
@@ -465,17 +516,18 @@ class Runner:
             name = step.get("task")
             if name not in self.tasks:
                 raise Failure(f"unknown task {name}")
-            kind, task = self.tasks.pop(name)
+            # Kept: a later `cancel` of the finished task releases its guard.
+            kind, task = self.tasks[name]
             within = step.get("within_ms", DEFAULT_AWAIT * 1000) / 1000
             try:
-                value = await asyncio.wait_for(task, within)
+                value, error, took = await asyncio.wait_for(asyncio.shield(task), within)
             except asyncio.TimeoutError:
                 raise Failure(f"task {name} not done within {within} s") from None
-            if kind in ("acquire", "campaign"):
+            if kind in ("acquire", "campaign") and error is None:
                 guard = self.guards.get(name)
                 if guard is None:
                     raise Failure(f"task {name} registered no guard")
-            return value
+            return value, error, took
         if op == "cancel":
             name = step.get("task")
             if name not in self.tasks:
@@ -484,7 +536,7 @@ class Runner:
             task.cancel()
             try:
                 await task
-            except (asyncio.CancelledError, StepError):
+            except asyncio.CancelledError:
                 pass
             guard = self.guards.get(name)
             if guard is not None and not guard.released:
@@ -530,10 +582,25 @@ class Runner:
                 return values[step["field"]]
             return values
         if op == "restart_server":
-            for conn in self.conns.values():
-                await conn.aclose()
-            self.conns.clear()
+            await self.close_raw()
             await asyncio.get_running_loop().run_in_executor(None, restart, self.server)
+            return None
+        if op == "stop_server":
+            await self.close_raw()
+            await asyncio.get_running_loop().run_in_executor(None, stop, self.server)
+            return None
+        if op == "start_server":
+            await self.close_raw()
+            await asyncio.get_running_loop().run_in_executor(None, start, self.server)
+            return None
+        if op == "pause_server":
+            # A connection of the runner's own, closed at once: the pause
+            # holds every other connection, the runner's raw ones included.
+            conn = RawConnection(self.server.port)
+            try:
+                await conn.execute_command("CLIENT", "PAUSE", str(step["ms"]), "ALL")
+            finally:
+                await conn.aclose()
             return None
         if op == "sleep":
             await asyncio.sleep(step["ms"] / 1000)
@@ -555,7 +622,7 @@ class Runner:
         if op == "leader":
             try:
                 leader = await self.election(step).leader()
-            except ResponseError as error:
+            except (redis.exceptions.RedisError, OSError) as error:
                 raise StepError(kind_of(error)) from None
             return None if leader is None else {"identity": leader.text, "term": leader.term}
         if op == "observe":
@@ -574,7 +641,18 @@ class Runner:
             return None
         raise Failure(f"unknown step {op}")
 
+    async def close_raw(self) -> None:
+        for conn in self.conns.values():
+            try:
+                await conn.aclose()
+            except Exception:  # a stopped server's connection is gone already
+                pass
+        self.conns.clear()
+
     async def close(self) -> None:
+        if self.server.process is None:
+            # A scenario that failed with the server stopped: the next one needs it.
+            await asyncio.get_running_loop().run_in_executor(None, start, self.server)
         for name in list(self.observers):
             try:
                 await self.stop(name)
@@ -592,8 +670,11 @@ class Runner:
                     await guard.lock.release()
                 except Exception:  # the next scenario starts from FLUSHALL anyway
                     pass
-        for client in list(self.clients.values()) + list(self.conns.values()):
-            await client.aclose()
+        for conn in self.conns.values():
+            await conn.aclose()
+        for client in self.clients.values():
+            # redis-py 5.0.0 has close() only (aclose() came with 5.0.1).
+            await (client.aclose() if hasattr(client, "aclose") else client.close())
 
 
 class RawConnection:
@@ -602,7 +683,10 @@ class RawConnection:
     retries, no re-sends."""
 
     def __init__(self, port: int) -> None:
-        self.conn = redis.asyncio.Connection(port=port, protocol=2, retry=Retry(NoBackoff(), 0))
+        # Longer than any pause of a scenario (README, pause_server).
+        self.conn = redis.asyncio.Connection(
+            port=port, protocol=2, retry=Retry(NoBackoff(), 0), socket_timeout=RAW_READ_TIMEOUT
+        )
 
     async def execute_command(self, *args: Any) -> Any:
         await self.conn.send_command(*args)
@@ -615,9 +699,20 @@ class RawConnection:
 def restart(server: Any) -> None:
     """Stops the server and starts it again on the same port, without
     persistence: every key is gone."""
-    server.process.kill()
-    server.process.wait()
-    server.process = None
+    stop(server)
+    start(server)
+
+
+def stop(server: Any) -> None:
+    """SIGKILL: the server is gone; its port refuses connections."""
+    if server.process is not None:
+        server.process.kill()
+        server.process.wait()
+        server.process = None
+
+
+def start(server: Any) -> None:
+    """Starts the stopped server again on the same port, without persistence."""
     end = time.monotonic() + PATIENCE
     while not server._spawn():
         if time.monotonic() > end:
@@ -626,6 +721,16 @@ def restart(server: Any) -> None:
 
 
 async def run_scenario(server: Any, scenario: Dict[str, Any]) -> None:
+    for run in range(1, scenario.get("repeat", 1) + 1):
+        try:
+            await run_once(server, scenario)
+        except Failure as failure:
+            if "repeat" not in scenario:
+                raise
+            raise Failure(f"run {run}: {failure}") from None
+
+
+async def run_once(server: Any, scenario: Dict[str, Any]) -> None:
     runner = Runner(server)
     admin = runner.raw("admin")
     await admin.execute_command("CLIENT", "UNPAUSE")
@@ -649,6 +754,6 @@ def test_conformance(server, scenario):
         pytest.skip(reason)
     counts[0] += 1
     try:
-        asyncio.run(run_scenario(server, scenario))
+        asyncio.run(run_scenario(server, without_unmeetable(scenario)))
     except Failure as failure:
         pytest.fail(f"{scenario['name']}: {failure}", pytrace=False)

@@ -201,7 +201,7 @@ def test_asyncio_election(server, key):
             assert await election.leader() is None
             assert info(server.client(), key) is None
         finally:
-            await r.aclose()
+            await r.aclose() if hasattr(r, "aclose") else await r.close()
 
     asyncio.run(main())
 
@@ -271,6 +271,6 @@ def test_asyncio_weighted_permits(server, key):
             await small.release()
             await big.release()
         finally:
-            await r.aclose()
+            await r.aclose() if hasattr(r, "aclose") else await r.close()
 
     asyncio.run(main())

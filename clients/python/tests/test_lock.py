@@ -13,7 +13,7 @@ import redis
 from redis.exceptions import LockError, LockNotOwnedError
 
 import dlock
-from conftest import info, wait_until
+from conftest import PATIENCE, info, wait_until
 
 
 def make(r: redis.Redis, key: str, **options: object) -> dlock.Lock:
@@ -349,6 +349,27 @@ def test_fair_lock(r, key):
     fair.release()
 
 
+def test_a_fair_poller_keeps_its_place(r, key):
+    """R8: tries of one fair lock without a token ask under one owner until
+    granted, so the reservation of a failed try is the poller's own: with a
+    new owner per try it would never get the lock, and its reservations
+    would block everyone."""
+    holder = make(r, key)
+    assert holder.acquire()
+    poller = dlock.Lock(r, key, fair=True)
+    assert not poller.acquire(blocking=False)
+    assert not poller.acquire(blocking=False)
+    assert len(info(r, key)["queue"]) == 1  # one place, kept
+    holder.release()
+    assert not make(r, key).acquire(blocking=False)  # the place is the poller's
+    assert poller.acquire(blocking=False)
+    first = poller.local.token
+    poller.release()
+    assert info(r, key) is None
+    assert poller.acquire(blocking=False) and poller.local.token != first  # a granted owner is not reused
+    poller.release()
+
+
 def test_session_hold_ends_with_its_connection(server, key):
     client = server.client()
     lock = dlock.Lock(client, key, timeout=60, session=True)
@@ -360,17 +381,35 @@ def test_session_hold_ends_with_its_connection(server, key):
 
 
 def test_blocked_wait_does_not_delay_renewals(server, key):
+    """R4.1: a wait blocks a connection of its own, so the watchdog of
+    another lock of the same client renews while the wait is blocked.
+    Asserted by renewals seen to succeed while the waiter is still queued
+    (its wait ends only when the test releases the holder), not by a lease
+    short enough that a busy machine's scheduling loses it."""
     r = server.client(max_connections=8)
-    renewed = dlock.Lock(r, key + ":renewed", watchdog_timeout=0.3)
+    renewed = dlock.Lock(r, key + ":renewed", watchdog_timeout=1.0, thread_local=False)
     assert renewed.acquire()
-    holder = make(r, key)
+    hold = renewed._hold()
+    holder = make(r, key, thread_local=False)
     assert holder.acquire()
-    waiter = make(r, key, blocking_timeout=1.5)
-    assert not waiter.acquire()  # 1.5 s in the queue, 5 leases of the other lock
-    assert not renewed.lost.is_set()
-    assert info(r, key + ":renewed")["owner"] == renewed.local.token
-    renewed.release()
+    outcome = {}
+
+    def wait_in_the_queue():
+        waiter = make(r, key)
+        outcome["granted"] = waiter.acquire()  # no timeout: until the holder releases
+        waiter.release()
+
+    thread = threading.Thread(target=wait_in_the_queue, daemon=True)
+    thread.start()
+    wait_until(lambda: info(r, key)["waiting"] == 1, what="the waiter in the queue")
+    for _renewal in range(2):
+        before = hold.lost.deadline.at
+        wait_until(lambda: hold.lost.deadline.at != before, what="a renewal during the wait")
+    assert info(r, key)["waiting"] == 1  # the wait was blocked all along
     holder.release()
+    thread.join(PATIENCE)
+    assert outcome == {"granted": True}
+    renewed.release()
 
 
 def _interrupt_when(predicate, then=None):
@@ -396,8 +435,9 @@ def test_interrupted_wait_leaves_no_waiter(r, key):
     with pytest.raises(KeyboardInterrupt):
         waiter.acquire(blocking_timeout=60)
     thread.join()
-    state = info(r, key)
-    assert state["waiting"] == 0 and state["owner"] == holder.local.token
+    # The clean-up runs in the background (R4.7): the waiter leaves soon.
+    wait_until(lambda: info(r, key)["waiting"] == 0, what="the waiter to leave")
+    assert info(r, key)["owner"] == holder.local.token
     holder.release()
     assert info(r, key) is None  # nobody was handed the lock
 

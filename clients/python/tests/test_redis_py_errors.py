@@ -12,6 +12,7 @@ timeout, raises ``LockError``."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import Any, Callable, List, Optional
 
@@ -27,6 +28,8 @@ import dlock.asyncio
 from conftest import PATIENCE
 
 SYNC_CLASSES = [redis.lock.Lock, dlock.Lock]
+#: ``raise_on_release_error`` is newer than redis-py 5.0.0, which the suite also runs.
+QUIET_RELEASE = "raise_on_release_error" in inspect.signature(redis.Redis.lock).parameters
 ASYNC_CLASSES = [redis.asyncio.lock.Lock, dlock.asyncio.Lock]
 
 #: A lease short enough to run out during a test.
@@ -140,6 +143,8 @@ SYNC_SCENARIOS = {
 
 @pytest.mark.parametrize("scenario", list(SYNC_SCENARIOS), ids=lambda f: f.__name__)
 def test_sync_drop_in_raises_where_redis_py_raises(r, key, scenario):
+    if scenario is overran_in_with and not QUIET_RELEASE:
+        pytest.skip(f"redis-py {redis.__version__}'s Redis.lock has no raise_on_release_error")
     seen = {cls.__module__: scenario(r, f"{key}:{cls.__module__}", cls) for cls in SYNC_CLASSES}
     assert seen["dlock._sync"] == seen["redis.lock"] == SYNC_SCENARIOS[scenario], seen
 
@@ -244,6 +249,8 @@ ASYNC_SCENARIOS = {
 
 @pytest.mark.parametrize("scenario", list(ASYNC_SCENARIOS), ids=lambda f: f.__name__)
 def test_asyncio_drop_in_raises_where_redis_py_raises(server, key, scenario):
+    if scenario is aoverran_in_with and not QUIET_RELEASE:
+        pytest.skip(f"redis-py {redis.__version__}'s Redis.lock has no raise_on_release_error")
     async def main() -> dict:
         client = redis.asyncio.Redis(port=server.port)
         try:

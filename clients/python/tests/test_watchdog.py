@@ -19,18 +19,20 @@ def watchdogs(key: str) -> list:
 
 @pytest.mark.parametrize(
     "options",
-    [{"watchdog_timeout": 0.3}, {"timeout": 0.3, "auto_renewal": True}],
+    [{"watchdog_timeout": 1.0}, {"timeout": 1.0, "auto_renewal": True}],
     ids=["no-timeout", "timeout-with-auto-renewal"],
 )
-def test_a_300ms_lease_held_for_3s(r, key, options):
+def test_a_1s_lease_held_for_3s(r, key, options):
     lock = dlock.Lock(r, key, **options)
     assert lock.acquire()
     token = lock.fence
-    # 3 s is ten leases: without renewals the lock would have ended long ago.
+    # 3 s is three leases: without renewals the lock would have ended long
+    # ago. (A 300 ms lease, renewed every 100 ms, left a watchdog thread
+    # 0.19 s of scheduling delay: a loaded machine lost it now and then.)
     assert not lock.lost.wait(3.0), lock.lost.reason
     state = info(r, key)
     assert state["owner"] == lock.local.token and state["token"] == token
-    assert 0 <= state["pttl"] <= 300
+    assert 0 <= state["pttl"] <= 1000
     lock.release()
     assert info(r, key) is None
     wait_until(lambda: not watchdogs(key), what="the watchdog to stop")
