@@ -227,13 +227,9 @@ def info(client: redis.Redis, key: str) -> Optional[dict]:
 
 #: Per server kind, [run, skipped] scenarios of test_conformance.py.
 CONFORMANCE_COUNTS: dict = {}
-#: Scenario expectations test_conformance.py ignored (see UNMEETABLE there).
-CONFORMANCE_IGNORED: list = []
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
     terminalreporter.write_line(f"redis-py {redis.__version__} ({Path(redis.__file__).parent})")
     for kind, (run, skipped) in sorted(CONFORMANCE_COUNTS.items()):
         terminalreporter.write_line(f"conformance ({kind}): {run} run, {skipped} skipped")
-    for what in sorted(set(CONFORMANCE_IGNORED)):
-        terminalreporter.write_line(f"conformance: ignored, no runner can meet it: {what}")

@@ -25,7 +25,7 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 import dlock
 import dlock.asyncio
-from conftest import CONFORMANCE_COUNTS, CONFORMANCE_IGNORED as IGNORED, PATIENCE
+from conftest import CONFORMANCE_COUNTS, PATIENCE
 
 LANGUAGE = "python"
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
@@ -56,27 +56,6 @@ def _scenarios() -> List[Any]:
         for scenario in json.loads(path.read_text())["scenarios"]:
             out.append(pytest.param(scenario, id=scenario["name"]))
     return out
-
-
-#: Expectations the README gives no runner a way to meet, ignored (and
-#: printed at the end of the session) until the scenario is corrected:
-#: (scenario, step index from 1, field of the step's `result` object).
-#: The README's `leader` value is `{"identity", "term"}`; DLOCK.INFO reports
-#: no lease, so no client can report the leader's `lease_ms`.
-UNMEETABLE = {("stall.pause_bounds_every_wait", 26, "lease_ms")}
-
-
-def without_unmeetable(scenario: Dict[str, Any]) -> Dict[str, Any]:
-    steps = []
-    for index, step in enumerate(scenario["steps"], 1):
-        result = step.get("result")
-        for name, at, field in UNMEETABLE:
-            if name == scenario["name"] and at == index and isinstance(result, dict) and field in result:
-                result = {k: v for k, v in result.items() if k != field}
-                step = {**step, "result": result}
-                IGNORED.append(f"{name} step {index} ({step['op']}): result field {field}")
-        steps.append(step)
-    return {**scenario, "steps": steps}
 
 
 def test_scenario_files_follow_the_schema():
@@ -754,6 +733,6 @@ def test_conformance(server, scenario):
         pytest.skip(reason)
     counts[0] += 1
     try:
-        asyncio.run(run_scenario(server, without_unmeetable(scenario)))
+        asyncio.run(run_scenario(server, scenario))
     except Failure as failure:
         pytest.fail(f"{scenario['name']}: {failure}", pytrace=False)
