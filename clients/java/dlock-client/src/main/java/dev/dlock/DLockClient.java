@@ -197,8 +197,9 @@ public final class DLockClient implements AutoCloseable {
     }
 
     /**
-     * A fair lock ({@code DLOCK.FAIR}): a {@code tryLock()} that fails keeps a reservation in the
-     * queue for a caller that comes back under the same owner.
+     * A fair lock ({@code DLOCK.FAIR}): a {@code tryLock()} (or {@code tryAcquire()}) that fails
+     * keeps a reservation in the queue, and the same thread's next try of the key, on any fair
+     * lock of this client, comes back under the same owner: a poller keeps its place.
      *
      * @param key the lock's key
      * @return the lock
@@ -288,6 +289,41 @@ public final class DLockClient implements AutoCloseable {
 
     static String newOwner() {
         return UUID.randomUUID().toString();
+    }
+
+    /** Past this many keys a thread's poll owners are forgotten (their reservations end anyway). */
+    private static final int POLL_OWNERS = 64;
+
+    /**
+     * Per thread, per key: the owner of a fair try that found the lock taken and left a
+     * reservation (R8: a poller keeps its place). The thread's next fair try of that key, on any
+     * DLock object of this client, comes back under it.
+     */
+    private final ThreadLocal<java.util.Map<String, String>> pollOwners =
+            ThreadLocal.withInitial(java.util.HashMap::new);
+
+    /** @return the owner of the calling thread's next fair try of {@code key} */
+    String pollOwner(String key) {
+        java.util.Map<String, String> owners = pollOwners.get();
+        String owner = owners.get(key);
+        if (owner == null) {
+            if (owners.size() >= POLL_OWNERS) {
+                owners.clear();
+            }
+            owner = newOwner();
+            owners.put(key, owner);
+        }
+        return owner;
+    }
+
+    /**
+     * The fair try under {@link #pollOwner} ended: its owner is kept only after a plain refusal
+     * (a reservation, and nothing in flight that could still release that owner).
+     */
+    void pollEnded(String key, boolean refused) {
+        if (!refused) {
+            pollOwners.get().remove(key);
+        }
     }
 
     // ---- acquisition ---------------------------------------------------------------------

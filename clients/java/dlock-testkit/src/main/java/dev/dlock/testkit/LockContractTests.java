@@ -456,7 +456,8 @@ public abstract class LockContractTests {
     @Test
     void aCancelThatRacesAHandOffLeavesNothing() throws Exception {
         DLock lock = dlock.getLock(key);
-        for (int round = 0; round < 15; round++) {
+        // 50 times: Future.cancel(true) as the holder releases (the grant races the cancel).
+        for (int round = 0; round < 50; round++) {
             Lease held = lock.acquire(Duration.ZERO);
             CompletableFuture<Lease> waiting = lock.acquireAsync(Duration.ofSeconds(10));
             Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
@@ -856,6 +857,109 @@ public abstract class LockContractTests {
             kind = "connection";
         }
         return new Outcome(kind, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start));
+    }
+
+    /** R8: a thread that polls a fair lock keeps its place (one owner for all its tries). */
+    @Test
+    void aFairPollerKeepsItsPlace() throws Exception {
+        Lease held = dlock.getLock(key).acquire(Duration.ZERO);
+        DLock fair = dlock.getFairLock(key);
+        // The second poller: one thread, polling as a loop would.
+        java.util.concurrent.ExecutorService second = java.util.concurrent.Executors.newSingleThreadExecutor();
+        java.util.concurrent.Callable<Boolean> secondTry = () -> {
+            DLock mine = dlock.getFairLock(key);
+            if (mine.tryLock()) {
+                mine.unlock();
+                return true;
+            }
+            return false;
+        };
+        try {
+            assertFalse(fair.tryLock());
+            assertTrue(dlock.getFairLock(key).tryAcquire().isEmpty(), "another DLock object, the handle API");
+            assertEquals(1, LockInfo.of(server, key).waiting(), "one reservation, not one per try");
+            assertFalse(second.submit(secondTry).get(10, TimeUnit.SECONDS), "another poller");
+            assertEquals(2, LockInfo.of(server, key).waiting());
+            held.close();
+            assertFalse(second.submit(secondTry).get(10, TimeUnit.SECONDS), "the second poller waits its turn");
+            assertTrue(fair.tryLock(), "the first poller, back under its owner, is first");
+            fair.unlock();
+            assertTrue(second.submit(secondTry).get(10, TimeUnit.SECONDS), "then the second poller's turn");
+        } finally {
+            second.shutdown();
+        }
+        assertNull(LockInfo.of(server, key));
+    }
+
+    /**
+     * R4.4, 250 times: lockInterruptibly() interrupted as the holder releases (the grant races the
+     * interrupt) throws InterruptedException and leaves no hold and no waiter.
+     */
+    @Test
+    void anInterruptThatRacesAHandOffThrowsAndLeavesNothing() throws Exception {
+        Assumptions.assumeTrue(kind() == RedisServer.Kind.REDIS, "one server kind is enough");
+        DLock lock = dlock.getLock(key);
+        DLock holder = dlock.getLock(key);
+        for (int round = 0; round < 250; round++) {
+            Lease held = holder.acquire(Duration.ZERO);
+            AtomicReference<Object> outcome = new AtomicReference<>();
+            Thread waiter = new Thread(() -> {
+                try {
+                    lock.lockInterruptibly();
+                    outcome.set("returned normally, holding the lock (interrupted: " + Thread.currentThread().isInterrupted() + ")");
+                    lock.unlock();
+                } catch (Throwable e) {
+                    outcome.set(e);
+                }
+            });
+            waiter.start();
+            Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+            waiter.interrupt();
+            held.close();
+            waiter.join(10_000);
+            int r = round;
+            assertTrue(outcome.get() instanceof InterruptedException, "round " + r + ": " + outcome.get());
+            Poll.until("nothing left after round " + r, Duration.ofSeconds(3), () -> LockInfo.of(server, key) == null,
+                    () -> String.valueOf(LockInfo.of(server, key)));
+        }
+    }
+
+    /**
+     * 50 times: a timed tryLock whose wait ends as the holder releases either holds the lock
+     * (and it is its) or returns false leaving nothing behind.
+     */
+    @Test
+    void aTimedTryLockThatRacesAHandOffIsAllOrNothing() throws Exception {
+        DLock lock = dlock.getLock(key);
+        DLock holder = dlock.getLock(key);
+        int got = 0;
+        for (int round = 0; round < 50; round++) {
+            Lease held = holder.acquire(Duration.ZERO);
+            CompletableFuture<Object> outcome = new CompletableFuture<>();
+            Thread waiter = new Thread(() -> {
+                try {
+                    if (lock.tryLock(20, TimeUnit.MILLISECONDS)) {
+                        LockInfo info = LockInfo.of(server, key);
+                        outcome.complete(info != null && info.token() == lock.getToken() ? "held" : "granted but not held: " + info);
+                        lock.unlock();
+                    } else {
+                        outcome.complete("refused");
+                    }
+                } catch (Throwable e) {
+                    outcome.complete(e);
+                }
+            });
+            waiter.start();
+            Thread.sleep(15 + round % 10); // around the wait's end: a race, not a synchronisation
+            held.close();
+            Object result = outcome.get(10, TimeUnit.SECONDS);
+            int r = round;
+            assertTrue(result.equals("held") || result.equals("refused"), "round " + r + ": " + result);
+            got += result.equals("held") ? 1 : 0;
+            Poll.until("nothing left after round " + r, Duration.ofSeconds(3), () -> LockInfo.of(server, key) == null,
+                    () -> String.valueOf(LockInfo.of(server, key)));
+        }
+        System.out.println("timed tryLock against a hand-off: granted " + got + " of 50");
     }
 
     @Test
