@@ -3,8 +3,12 @@
 # redis-server and Valkey (servers started by dlock-testkit's Servers extension).
 .PHONY: java-test
 CLIENT_SUITES += java-test
+# Then the transports built against today's newest Lettuce and Jedis (profile `newest`,
+# in target/newest) run the conformance suite on redis-server: the compatibility table of
+# clients/java/README.md.
 java-test: build
 	cd clients/java && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" mvn -q -B verify
+	cd clients/java && mvn -q -B -Pnewest -pl dlock-lettuce,dlock-jedis -am verify -Dtest='*ConformanceTest' -Dsurefire.failIfNoSpecifiedTests=false -Ddlock.conformance.servers=redis
 
 # The benchmark against Redisson (clients/java/dlock-bench, Maven profile `bench`):
 # docs/benchmarks-java.md, or a temporary file with QUICK=1. Then dlock beside Curator's

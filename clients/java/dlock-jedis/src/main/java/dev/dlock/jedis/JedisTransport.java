@@ -32,7 +32,7 @@ import redis.clients.jedis.providers.SentineledConnectionProvider;
 import redis.clients.jedis.util.Pool;
 
 /**
- * dlock over Jedis (5+) on one server, through the application's {@link JedisPool} (TLS, auth
+ * dlock over Jedis (7 or 8) on one server, through the application's {@link JedisPool} (TLS, auth
  * and timeouts as configured there), or on the master Sentinel names, through its {@link
  * JedisSentinelPool} or {@link RedisSentinelClient}. Jedis never re-sends a command. Each command
  * borrows a connection for its round trip, on the calling thread ({@link #callsOnCaller}), or on a
