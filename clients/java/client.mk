@@ -3,8 +3,14 @@
 # redis-server and Valkey (servers started by dlock-testkit's Servers extension).
 .PHONY: java-test
 CLIENT_SUITES += java-test
+# Then the transports built against today's newest Lettuce and Jedis (profile `newest`,
+# in target/newest) run the conformance suite on redis-server: the compatibility table of
+# clients/java/README.md. Every area but cancel and watchdog (the client's own logic, the
+# same over any release, and half of the run's time).
+JAVA_NEWEST_AREAS := bad_input.,basic.,election.,fencing.,latch.,lost.,multi.,rwlock.,semaphore.,stall.,wait.
 java-test: build
 	cd clients/java && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" mvn -q -B verify
+	cd clients/java && mvn -q -B -Pnewest -pl dlock-lettuce,dlock-jedis -am verify -Dtest='*ConformanceTest' -Dsurefire.failIfNoSpecifiedTests=false -Ddlock.conformance.servers=redis -Ddlock.conformance=$(JAVA_NEWEST_AREAS)
 
 # The benchmark against Redisson (clients/java/dlock-bench, Maven profile `bench`):
 # docs/benchmarks-java.md, or a temporary file with QUICK=1. Then dlock beside Curator's

@@ -3,6 +3,7 @@ package dev.dlock;
 import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 
 /**
  * A count-down latch (Redisson's {@code RCountDownLatch}): awaiters are woken by the server the
@@ -97,15 +98,22 @@ public final class DCountDownLatch {
 
     private boolean awaitFor(long timeoutMs) throws InterruptedException {
         client.checkOpen();
-        BlockingConnection connection = client.transport().openBlocking(keyBytes);
+        // The whole call's bound (R4.6): the timeout plus the margin of R4.2, connect included.
+        long margin = client.config().waitMargin().toNanos();
+        long end = System.nanoTime() + (timeoutMs == 0 ? DLockClient.RESPONSE_TIMEOUT.toNanos()
+                : TimeUnit.MILLISECONDS.toNanos(timeoutMs) + margin);
+        BlockingConnection connection = client.openBlocking(keyBytes, end);
+        long blockMs = timeoutMs == 0 ? 0
+                : Math.max(1, (end - margin - System.nanoTime() + 999_999) / 1_000_000);
         CompletableFuture<Object> reply;
         try {
-            reply = connection.send(Commands.AWAIT, keyBytes, Bytes.of(timeoutMs));
+            reply = connection.send(Commands.AWAIT, keyBytes, Bytes.of(blockMs));
         } catch (RuntimeException e) {
             connection.discard();
             throw e;
         }
-        Object value = client.awaitBlocking(connection, reply, timeoutMs, true, keyBytes, () -> {}, late -> {});
+        Object value = client.awaitBlockingUntil(connection, reply, timeoutMs == 0 ? 0 : end, true, keyBytes,
+                () -> {}, late -> {});
         if (value == null) {
             return false;
         }

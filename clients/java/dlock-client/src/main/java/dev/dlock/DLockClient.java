@@ -37,6 +37,11 @@ public final class DLockClient implements AutoCloseable {
     private final DLockConfig config;
     private final Watchdog watchdog;
     private final java.util.concurrent.ExecutorService asyncWaits;
+    /**
+     * Runs the clean-ups after a timeout or a cancel (R4.7: CLIENT UNBLOCK, the releases of R4.4
+     * and R5.3): never on the caller, never on a library's I/O thread, each with its own bound.
+     */
+    private final java.util.concurrent.ExecutorService cleanups;
     private volatile boolean closed;
 
     /** Slots of {@link #busyHints} (a power of two): keys that share a slot share its hint. */
@@ -71,6 +76,59 @@ public final class DLockClient implements AutoCloseable {
             Thread thread = new Thread(task, "dlock-async-wait");
             thread.setDaemon(true);
             return thread;
+        });
+        this.cleanups = java.util.concurrent.Executors.newCachedThreadPool(task -> {
+            Thread thread = new Thread(task, "dlock-cleanup");
+            thread.setDaemon(true);
+            return thread;
+        });
+    }
+
+    /** Runs a clean-up in the background (nothing once the client is closed). */
+    void inBackground(Runnable cleanup) {
+        try {
+            cleanups.execute(cleanup);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            // closed: the transport's connections close, and leases end on their own
+        }
+    }
+
+    /** How long a background release of an unknown outcome keeps trying at most. */
+    private static final long SETTLE_MAX_NANOS = TimeUnit.SECONDS.toNanos(60);
+
+    /**
+     * R5.3 in the background: an acquisition whose outcome is unknown (no answer: a read timeout,
+     * a broken connection) may have been granted to {@code owner}, which the caller never got;
+     * one release of it settles that. Tried again until the server answers (a stalled or
+     * restarting server) or the hold would have ended anyway, then once more a moment later (a
+     * request still buffered in the server may run after the first release).
+     */
+    void releaseInBackground(Request request, String owner) {
+        long end = System.nanoTime() + Math.min(SETTLE_MAX_NANOS, TimeUnit.MILLISECONDS.toNanos(request.leaseMs) + TimeUnit.SECONDS.toNanos(1));
+        inBackground(() -> {
+            boolean answered = false;
+            while (!closed && !answered && System.nanoTime() - end < 0) {
+                try {
+                    release(request.keys, owner, request.shared);
+                    answered = true;
+                } catch (DLockServerException e) {
+                    answered = true;
+                } catch (RuntimeException e) {
+                    try {
+                        Thread.sleep(100);
+                    } catch (InterruptedException stop) {
+                        return;
+                    }
+                }
+            }
+            if (answered) {
+                try {
+                    Thread.sleep(200);
+                    releaseQuietly(request, owner);
+                } catch (InterruptedException stop) {
+                    // closing
+                }
+            }
         });
     }
 
@@ -139,8 +197,9 @@ public final class DLockClient implements AutoCloseable {
     }
 
     /**
-     * A fair lock ({@code DLOCK.FAIR}): a {@code tryLock()} that fails keeps a reservation in the
-     * queue for a caller that comes back under the same owner.
+     * A fair lock ({@code DLOCK.FAIR}): a {@code tryLock()} (or {@code tryAcquire()}) that fails
+     * keeps a reservation in the queue, and the same thread's next try of the key, on any fair
+     * lock of this client, comes back under the same owner: a poller keeps its place.
      *
      * @param key the lock's key
      * @return the lock
@@ -217,6 +276,7 @@ public final class DLockClient implements AutoCloseable {
         }
         closed = true;
         asyncWaits.shutdownNow();
+        cleanups.shutdownNow();
         watchdog.close();
         transport.close();
     }
@@ -231,13 +291,55 @@ public final class DLockClient implements AutoCloseable {
         return UUID.randomUUID().toString();
     }
 
+    /** Past this many keys a thread's poll owners are forgotten (their reservations end anyway). */
+    private static final int POLL_OWNERS = 64;
+
+    /**
+     * Per thread, per key: the owner of a fair try that found the lock taken and left a
+     * reservation (R8: a poller keeps its place). The thread's next fair try of that key, on any
+     * DLock object of this client, comes back under it.
+     */
+    private final ThreadLocal<java.util.Map<String, String>> pollOwners =
+            ThreadLocal.withInitial(java.util.HashMap::new);
+
+    /** @return the owner of the calling thread's next fair try of {@code key} */
+    String pollOwner(String key) {
+        java.util.Map<String, String> owners = pollOwners.get();
+        String owner = owners.get(key);
+        if (owner == null) {
+            if (owners.size() >= POLL_OWNERS) {
+                owners.clear();
+            }
+            owner = newOwner();
+            owners.put(key, owner);
+        }
+        return owner;
+    }
+
+    /**
+     * The fair try under {@link #pollOwner} ended: its owner is kept only after a plain refusal
+     * (a reservation, and nothing in flight that could still release that owner).
+     */
+    void pollEnded(String key, boolean refused) {
+        if (!refused) {
+            pollOwners.get().remove(key);
+        }
+    }
+
     // ---- acquisition ---------------------------------------------------------------------
 
     /** Waits for an immediate command's reply, uninterruptibly (it answers at once). */
     Object await(CompletableFuture<Object> reply) {
+        return await(reply, System.nanoTime() + RESPONSE_TIMEOUT.toNanos());
+    }
+
+    /**
+     * Waits for an immediate command's reply, uninterruptibly, until {@code end} (System.nanoTime)
+     * at the latest: then a {@link DLockTimeoutException}.
+     */
+    Object await(CompletableFuture<Object> reply, long end) {
         boolean interrupted = false;
         try {
-            long end = System.nanoTime() + RESPONSE_TIMEOUT.toNanos();
             while (true) {
                 try {
                     return reply.get(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS);
@@ -246,7 +348,7 @@ public final class DLockClient implements AutoCloseable {
                 } catch (ExecutionException e) {
                     throw unwrap(e.getCause());
                 } catch (TimeoutException e) {
-                    throw new DLockTimeoutException("no reply within " + RESPONSE_TIMEOUT.toMillis() + " ms");
+                    throw new DLockTimeoutException("no reply in time (the server is stalled or unreachable)");
                 }
             }
         } finally {
@@ -300,48 +402,31 @@ public final class DLockClient implements AutoCloseable {
         if (interruptible && Thread.interrupted()) {
             throw new InterruptedException();
         }
+        Hold hold = acquireOnce(request, owner, generatedOwner, waitNanos, interruptible);
+        if (hold != null && interruptible && Thread.interrupted()) {
+            // Interrupted as the grant came in: an interrupted wait throws and keeps nothing
+            // (R4.4), so the grant is given back.
+            giveBack(request, hold);
+            throw new InterruptedException();
+        }
+        return hold;
+    }
+
+    /** Releases a grant the caller will never see: one hold of its owner on each key. */
+    private void giveBack(Request request, Hold hold) {
+        hold.markReleased();
+        releaseInBackground(request, hold.owner);
+    }
+
+    private Hold acquireOnce(Request request, String owner, boolean generatedOwner, long waitNanos,
+            boolean interruptible) throws InterruptedException {
+        long start = System.nanoTime();
+        // The bound of the whole call (R4.6): the wait plus the margin of R4.2; a try without
+        // wait and the first steps of a wait without end are bounded by the reply timeout.
+        long end = waitNanos > 0 ? start + waitNanos + config.waitMargin().toNanos()
+                : start + RESPONSE_TIMEOUT.toNanos();
         if (waitNanos == 0) {
-            try {
-                transport.prepare(request.routingKey());
-            } catch (RuntimeException e) {
-                throw unwrap(e);
-            }
-            long sent = System.nanoTime();
-            if (transport.callsOnCaller()) {
-                Object value;
-                try {
-                    value = callNow(request.routingKey(), request.acquireArgs(owner, -1));
-                } catch (DLockConnectionException e) {
-                    if (generatedOwner) {
-                        releaseQuietly(request, owner);
-                    }
-                    throw e;
-                }
-                return granted(request, owner, value, sent, false);
-            }
-            CompletableFuture<Object> reply =
-                    transport.call(request.routingKey(), request.acquireArgs(owner, -1));
-            Object value;
-            try {
-                value = await(reply);
-            } catch (DLockTimeoutException e) {
-                if (generatedOwner) {
-                    reply.thenAccept(late -> {
-                        if (late != null) {
-                            releaseQuietly(request, owner);
-                        }
-                    });
-                }
-                throw e;
-            } catch (DLockConnectionException e) {
-                // No answer: it may have been granted. A generated owner holds nothing else, so
-                // one release of it settles that (R5.3).
-                if (generatedOwner) {
-                    releaseQuietly(request, owner);
-                }
-                throw e;
-            }
-            return granted(request, owner, value, sent, false);
+            return tryNow(request, owner, generatedOwner, end);
         }
         int hintSlot = request.keys.get(0).hashCode() & (BUSY_HINTS - 1);
         boolean hintedBusy = busyHints.get(hintSlot) != 0;
@@ -353,7 +438,7 @@ public final class DLockClient implements AutoCloseable {
             // held goes straight to the queue (a try there would cost each hand-off of a
             // contended lock one more round trip), but 1 time in REPROBE tries again first so
             // that the hint ends when the contention does.
-            Hold now = acquire(request, owner, generatedOwner, 0, interruptible);
+            Hold now = tryNow(request, owner, generatedOwner, end);
             if (now != null) {
                 if (hintedBusy) {
                     busyHints.set(hintSlot, 0);
@@ -364,9 +449,14 @@ public final class DLockClient implements AutoCloseable {
                 busyHints.set(hintSlot, 1);
             }
         }
-        long blockMs = waitNanos < 0 ? 0 : Math.max(1, (waitNanos + 999_999) / 1_000_000);
         byte[] routingKey = request.routingKey();
-        BlockingConnection connection = transport.openBlocking(routingKey);
+        BlockingConnection connection = openBlocking(routingKey, end);
+        long blockMs = 0;
+        if (waitNanos > 0) {
+            // What is left of the wait once connected (at least 1 ms: one look at the queue).
+            long left = end - config.waitMargin().toNanos() - System.nanoTime();
+            blockMs = Math.max(1, (left + 999_999) / 1_000_000);
+        }
         long sent = System.nanoTime();
         if (blockMs == 0 && !interruptible && connection.sendsOnCaller()) {
             // Nothing but the reply ends this wait: the thread waits in the transport's own
@@ -378,8 +468,7 @@ public final class DLockClient implements AutoCloseable {
                 connection.discard();
                 RuntimeException failure = unwrap(e);
                 if (failure instanceof DLockConnectionException && generatedOwner) {
-                    awaitNotQueued(request, owner);
-                    releaseQuietly(request, owner);
+                    settleInBackground(request, owner);
                 }
                 throw failure;
             }
@@ -400,11 +489,11 @@ public final class DLockClient implements AutoCloseable {
         }
         Object value;
         try {
-            value = awaitBlocking(connection, reply, blockMs, interruptible, routingKey,
+            value = awaitBlockingUntil(connection, reply, blockMs == 0 ? 0 : end, interruptible, routingKey,
                 () -> {
                     if (generatedOwner) {
                         awaitNotQueued(request, owner);
-                        releaseQuietly(request, owner);
+                        releaseInBackground(request, owner);
                     }
                 },
                 late -> {
@@ -414,8 +503,7 @@ public final class DLockClient implements AutoCloseable {
                 });
         } catch (DLockConnectionException e) {
             if (generatedOwner) {
-                awaitNotQueued(request, owner);
-                releaseQuietly(request, owner);
+                settleInBackground(request, owner);
             }
             throw e;
         }
@@ -427,22 +515,97 @@ public final class DLockClient implements AutoCloseable {
         return hold;
     }
 
+    /** R4.4 and R5.3 after a wait's connection failed: no waiter, then no hold of the owner. */
+    private void settleInBackground(Request request, String owner) {
+        inBackground(() -> {
+            awaitNotQueued(request, owner);
+            releaseInBackground(request, owner);
+        });
+    }
+
+    /**
+     * Opens a wait's connection by {@code end}: a stalled server that does not answer the
+     * connection's handshake holds the caller no longer than its bound.
+     */
+    BlockingConnection openBlocking(byte[] routingKey, long end) {
+        try {
+            return transport.openBlocking(routingKey, end);
+        } catch (RuntimeException e) {
+            throw unwrap(e);
+        }
+    }
+
+    /** One try without a wait, answered by {@code end} at the latest. */
+    private Hold tryNow(Request request, String owner, boolean generatedOwner, long end) {
+        try {
+            transport.prepare(request.routingKey(), end);
+        } catch (RuntimeException e) {
+            throw unwrap(e);
+        }
+        long sent = System.nanoTime();
+        if (transport.callsOnCaller()) {
+            Object value;
+            try {
+                value = callNow(request.routingKey(), request.acquireArgs(owner, -1));
+            } catch (DLockConnectionException | DLockTimeoutException e) {
+                // No answer (R5.3, a read timeout included): it may have been granted. A
+                // generated owner holds nothing else, so one release of it settles that.
+                if (generatedOwner) {
+                    releaseInBackground(request, owner);
+                }
+                throw e;
+            }
+            return granted(request, owner, value, sent, false);
+        }
+        CompletableFuture<Object> reply =
+                transport.call(request.routingKey(), request.acquireArgs(owner, -1));
+        Object value;
+        try {
+            value = await(reply, end);
+        } catch (DLockTimeoutException e) {
+            if (generatedOwner) {
+                // The reply may still come (a paused server runs the command later): a grant,
+                // or no answer at all, is released then, in the background. This callback may
+                // run on the library's I/O thread: it only hands the release over.
+                reply.whenComplete((late, error) -> {
+                    if (late != null || error instanceof DLockConnectionException) {
+                        releaseInBackground(request, owner);
+                    }
+                });
+            }
+            throw e;
+        } catch (DLockConnectionException e) {
+            if (generatedOwner) {
+                releaseInBackground(request, owner);
+            }
+            throw e;
+        }
+        return granted(request, owner, value, sent, false);
+    }
+
     /**
      * Waits for a blocking command's reply. On interrupt (when interruptible) or timeout the wait
      * is ended in the server with {@code CLIENT UNBLOCK}, its reply is awaited briefly (else the
      * connection is closed), then {@code settle} runs; a reply read after the unblock goes to
-     * {@code lateReply}.
+     * {@code lateReply}. That clean-up runs in the background (R4.7).
      */
     Object awaitBlocking(BlockingConnection connection, CompletableFuture<Object> reply, long blockMs,
             boolean interruptible, byte[] routingKey, Runnable settle,
             java.util.function.Consumer<Object> lateReply) throws InterruptedException {
-        long limit = blockMs == 0 ? Long.MAX_VALUE
+        long limit = blockMs == 0 ? 0
                 : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(blockMs) + config.waitMargin().toNanos();
+        return awaitBlockingUntil(connection, reply, limit, interruptible, routingKey, settle, lateReply);
+    }
+
+    /** {@link #awaitBlocking} with the read timeout's end ({@code 0}: none). */
+    Object awaitBlockingUntil(BlockingConnection connection, CompletableFuture<Object> reply, long limit,
+            boolean interruptible, byte[] routingKey, Runnable settle,
+            java.util.function.Consumer<Object> lateReply) throws InterruptedException {
         boolean interrupted = false;
         try {
             while (true) {
                 try {
-                    Object value = blockMs == 0 ? reply.get()
+                    Object value = limit == 0 ? reply.get()
                             : reply.get(Math.max(0, limit - System.nanoTime()), TimeUnit.NANOSECONDS);
                     connection.recycle();
                     return value;
@@ -467,16 +630,22 @@ public final class DLockClient implements AutoCloseable {
         }
     }
 
-    /** Ends a wait early: no waiter stays in the server's queue, no grant is left behind. */
+    /**
+     * Ends a wait early, in the background (R4.7): no waiter stays in the server's queue, no
+     * grant is left behind.
+     */
     private void abandon(BlockingConnection connection, CompletableFuture<Object> reply,
             byte[] routingKey, Runnable settle, java.util.function.Consumer<Object> lateReply) {
-        boolean wasInterrupted = Thread.interrupted();
-        try {
+        Runnable cleanup = () -> {
+            boolean unblocked = false;
             try {
-                transport.call(routingKey, Commands.CLIENT, Commands.UNBLOCK, Bytes.of(connection.clientId()))
-                        .get(2, TimeUnit.SECONDS);
-            } catch (Exception e) {
-                // The connection is closed below if its reply does not come.
+                await(transport.call(routingKey, Commands.CLIENT, Commands.UNBLOCK, Bytes.of(connection.clientId())));
+                unblocked = true;
+            } catch (RuntimeException e) {
+                // No answer: closing the connection removes the waiter (below).
+            }
+            if (!unblocked) {
+                connection.discard();
             }
             try {
                 Object late = reply.get(1, TimeUnit.SECONDS);
@@ -492,10 +661,11 @@ public final class DLockClient implements AutoCloseable {
             // After the unblock the server can no longer grant this wait: releasing a generated
             // owner settles a grant that raced the cancellation, read or not.
             settle.run();
-        } finally {
-            if (wasInterrupted) {
-                Thread.currentThread().interrupt();
-            }
+        };
+        try {
+            cleanups.execute(cleanup);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            connection.discard();
         }
     }
 
@@ -629,11 +799,23 @@ public final class DLockClient implements AutoCloseable {
             commands.add(new Transport.Command(key, new byte[][] {Commands.RENEW, key, Bytes.of(hold.owner), Bytes.of(ttl)}));
         }
         long sent = System.nanoTime();
+        long deadline;
+        synchronized (hold) {
+            deadline = hold.deadlineNanos;
+        }
         List<CompletableFuture<Object>> replies = transport.callAll(commands);
         for (int i = 0; i < replies.size(); i++) {
             Object reply;
             try {
-                reply = await(replies.get(i));
+                // R4.6: a renewal ends by the hold's local deadline at the latest; with no reply
+                // by then the hold is lost (a stalled server may have let its lease end).
+                reply = await(replies.get(i), deadline);
+            } catch (DLockTimeoutException e) {
+                if (System.nanoTime() - deadline >= 0) {
+                    hold.markLost(LostReason.DEADLINE);
+                    return false;
+                }
+                throw e;
             } catch (NotOwnerException e) {
                 hold.markLost(LostReason.NOT_OWNER);
                 return false;

@@ -66,6 +66,28 @@ class DLockImpl implements DLock {
     // ---- the thread-owned facade -----------------------------------------------------------
 
     /**
+     * Acquires under {@code owner}; a fair lock's generated owner is the thread's poll owner,
+     * kept for its next try when this one was refused (R8: a poller keeps its place).
+     */
+    private Hold acquireAs(Request request, String owner, boolean generated, long waitNanos,
+            boolean interruptible) throws InterruptedException {
+        if (!fair || !generated) {
+            return client.acquire(request, owner, generated, waitNanos, interruptible);
+        }
+        Hold hold;
+        try {
+            hold = client.acquire(request, owner, true, waitNanos, interruptible);
+        } catch (InterruptedException | RuntimeException | Error e) {
+            // A failure's clean-up may still release this owner: the next try takes a new one.
+            client.pollEnded(keys.get(0), false);
+            throw e;
+        }
+        // Kept only after a plain refusal; after a grant the next try takes a new one.
+        client.pollEnded(keys.get(0), hold == null);
+        return hold;
+    }
+
+    /**
      * @param waitNanos 0: one try; FOREVER: no end
      * @param leaseMs the lease, or -1 for the default lease with the watchdog
      */
@@ -95,9 +117,9 @@ class DLockImpl implements DLock {
         String owner = owners.current(thread);
         boolean generated = owner == null;
         if (generated) {
-            owner = DLockClient.newOwner();
+            owner = fair ? client.pollOwner(keys.get(0)) : DLockClient.newOwner();
         }
-        Hold hold = client.acquire(request, owner, generated, waitNanos, interruptible);
+        Hold hold = acquireAs(request, owner, generated, waitNanos, interruptible);
         if (hold == null) {
             return false;
         }
@@ -277,7 +299,10 @@ class DLockImpl implements DLock {
 
     Lease acquireLease(Request request, String owner, long waitNanos) throws InterruptedException {
         boolean generated = owner == null;
-        Hold hold = client.acquire(request, generated ? DLockClient.newOwner() : owner, generated, waitNanos, true);
+        if (generated) {
+            owner = fair ? client.pollOwner(keys.get(0)) : DLockClient.newOwner();
+        }
+        Hold hold = acquireAs(request, owner, generated, waitNanos, true);
         if (hold == null) {
             return null;
         }

@@ -6,4 +6,12 @@ public class DLockTimeoutException extends DLockException {
     public DLockTimeoutException(String message) {
         super(message);
     }
+
+    /**
+     * @param message what timed out
+     * @param cause the library's timeout
+     */
+    public DLockTimeoutException(String message, Throwable cause) {
+        super(message, cause);
+    }
 }

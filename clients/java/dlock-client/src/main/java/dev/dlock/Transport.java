@@ -79,6 +79,18 @@ public interface Transport extends AutoCloseable {
     default void prepare(byte[] routingKey) {}
 
     /**
+     * {@link #prepare(byte[])}, waiting for a connect until {@code deadlineNanos} at the latest
+     * (System.nanoTime); past it, the command is sent (or fails) as the transport can. The default
+     * calls {@link #prepare(byte[])}.
+     *
+     * @param routingKey the key that decides the node in a Cluster
+     * @param deadlineNanos when the caller's bound ends
+     */
+    default void prepare(byte[] routingKey, long deadlineNanos) {
+        prepare(routingKey);
+    }
+
+    /**
      * Opens (or takes from a pool) a connection reserved for one blocking command, on the node
      * that serves {@code routingKey}. Blocks the calling thread while connecting.
      *
@@ -86,6 +98,20 @@ public interface Transport extends AutoCloseable {
      * @return a connection whose {@link BlockingConnection#clientId()} is known
      */
     BlockingConnection openBlocking(byte[] routingKey);
+
+    /**
+     * {@link #openBlocking(byte[])} by {@code deadlineNanos} (System.nanoTime) at the latest, else
+     * a {@link DLockTimeoutException}: a stalled server that does not answer a new connection's
+     * handshake must not hold the caller past its bound (R4.6). The default relies on the
+     * library's own connect and read timeouts.
+     *
+     * @param routingKey the key that decides the node in a Cluster
+     * @param deadlineNanos when the caller's bound ends
+     * @return a connection whose {@link BlockingConnection#clientId()} is known
+     */
+    default BlockingConnection openBlocking(byte[] routingKey, long deadlineNanos) {
+        return openBlocking(routingKey);
+    }
 
     /** Closes every connection this transport opened. */
     @Override

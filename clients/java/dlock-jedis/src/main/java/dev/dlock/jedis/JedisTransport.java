@@ -3,6 +3,7 @@ package dev.dlock.jedis;
 import dev.dlock.BlockingConnection;
 import dev.dlock.DLockConnectionException;
 import dev.dlock.DLockServerException;
+import dev.dlock.DLockTimeoutException;
 import dev.dlock.Transport;
 import java.lang.reflect.Field;
 import java.util.ArrayList;
@@ -31,7 +32,7 @@ import redis.clients.jedis.providers.SentineledConnectionProvider;
 import redis.clients.jedis.util.Pool;
 
 /**
- * dlock over Jedis (5+) on one server, through the application's {@link JedisPool} (TLS, auth
+ * dlock over Jedis (7 or 8) on one server, through the application's {@link JedisPool} (TLS, auth
  * and timeouts as configured there), or on the master Sentinel names, through its {@link
  * JedisSentinelPool} or {@link RedisSentinelClient}. Jedis never re-sends a command. Each command
  * borrows a connection for its round trip, on the calling thread ({@link #callsOnCaller}), or on a
@@ -279,8 +280,16 @@ public final class JedisTransport implements Transport {
         if (error instanceof JedisDataException) {
             return DLockServerException.of(error.getMessage());
         }
-        if (error instanceof DLockServerException || error instanceof DLockConnectionException) {
+        if (error instanceof DLockServerException || error instanceof DLockConnectionException
+                || error instanceof DLockTimeoutException) {
             return (RuntimeException) error;
+        }
+        // A read that timed out (the pool's socket timeout): no reply within the read timeout,
+        // kind timeout; the client treats it as a failure without an answer (R4.7, R5.3).
+        for (Throwable cause = error; cause != null; cause = cause.getCause()) {
+            if (cause instanceof java.net.SocketTimeoutException) {
+                return new DLockTimeoutException("no reply within the read timeout: " + error.getMessage(), error);
+            }
         }
         return new DLockConnectionException(String.valueOf(error.getMessage()), error);
     }

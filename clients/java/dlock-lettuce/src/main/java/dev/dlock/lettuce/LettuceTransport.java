@@ -3,6 +3,7 @@ package dev.dlock.lettuce;
 import dev.dlock.BlockingConnection;
 import dev.dlock.DLockConnectionException;
 import dev.dlock.DLockServerException;
+import dev.dlock.DLockTimeoutException;
 import dev.dlock.Transport;
 import io.lettuce.core.ClientOptions;
 import io.lettuce.core.RedisChannelHandler;
@@ -28,6 +29,9 @@ import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -65,6 +69,17 @@ public final class LettuceTransport implements Transport {
     private final ConcurrentLinkedDeque<Dedicated> idle = new ConcurrentLinkedDeque<>();
     private final Object sharedLock = new Object();
     private volatile Shared shared;
+    /** The shared connection being opened, guarded by {@code sharedLock}; null when none is. */
+    private CompletableFuture<Shared> opening;
+    /**
+     * Opens connections (Lettuce's connect blocks until the server answers the handshake): the
+     * callers wait for them only as long as their own bound (R4.6), never on a lock.
+     */
+    private final ExecutorService connector = Executors.newCachedThreadPool(task -> {
+        Thread thread = new Thread(task, "dlock-lettuce-connect");
+        thread.setDaemon(true);
+        return thread;
+    });
     private volatile boolean closed;
     /** Bumped each time Sentinel names a new master (never without Sentinel). */
     private final AtomicInteger generation = new AtomicInteger();
@@ -201,29 +216,72 @@ public final class LettuceTransport implements Transport {
                 .build();
     }
 
-    private StatefulRedisConnection<byte[], byte[]> shared() {
+    /** @return the shared connection when it is open and current, else null */
+    private StatefulRedisConnection<byte[], byte[]> usableShared() {
         Shared current = shared;
         if (current != null && current.generation == generation.get() && current.connection.isOpen()) {
             return current.connection;
         }
+        return null;
+    }
+
+    /**
+     * The shared connection, opened if needed (on the connector: a caller waits for it only as
+     * long as it wants to, and several callers share one connect).
+     */
+    private CompletableFuture<StatefulRedisConnection<byte[], byte[]>> sharedAsync() {
+        StatefulRedisConnection<byte[], byte[]> usable = usableShared();
+        if (usable != null) {
+            return CompletableFuture.completedFuture(usable);
+        }
         synchronized (sharedLock) {
             if (closed) {
-                throw new IllegalStateException("transport closed");
+                return CompletableFuture.failedFuture(new DLockConnectionException("transport closed", null));
             }
-            current = shared;
+            Shared current = shared;
             int now = generation.get();
             if (current != null && current.connection.isOpen() && current(current.generation, current.address)) {
                 // Sentinel named a new master, and this connection is to it already.
-                current = new Shared(current.connection, current.address, now);
-            } else {
+                shared = new Shared(current.connection, current.address, now);
+                return CompletableFuture.completedFuture(current.connection);
+            }
+            CompletableFuture<Shared> pending = opening;
+            if (pending == null) {
                 if (current != null) {
                     current.connection.closeAsync();
+                    shared = null;
                 }
-                Opened opened = connect();
-                current = new Shared(opened.connection, opened.address, opened.generation);
+                CompletableFuture<Shared> connecting = new CompletableFuture<>();
+                opening = connecting;
+                pending = connecting;
+                try {
+                    connector.execute(() -> {
+                        try {
+                            Opened opened = connect();
+                            connecting.complete(new Shared(opened.connection, opened.address, opened.generation));
+                        } catch (Throwable e) {
+                            connecting.completeExceptionally(translate(e));
+                        }
+                    });
+                } catch (RuntimeException e) {
+                    connecting.completeExceptionally(translate(e));
+                }
+                connecting.whenComplete((opened, error) -> {
+                    synchronized (sharedLock) {
+                        if (opening == connecting) {
+                            opening = null;
+                        }
+                        if (opened != null) {
+                            if (closed) {
+                                opened.connection.closeAsync();
+                            } else {
+                                shared = opened;
+                            }
+                        }
+                    }
+                });
             }
-            shared = current;
-            return current.connection;
+            return pending.thenApply(Shared::connection);
         }
     }
 
@@ -294,18 +352,48 @@ public final class LettuceTransport implements Transport {
 
     @Override
     public void prepare(byte[] routingKey) {
-        shared();
+        prepare(routingKey, System.nanoTime() + OPEN_BOUND_NANOS);
     }
+
+    /** Waits for the shared connection's connect until {@code deadlineNanos}, no longer. */
+    @Override
+    public void prepare(byte[] routingKey, long deadlineNanos) {
+        if (usableShared() != null) {
+            return;
+        }
+        CompletableFuture<StatefulRedisConnection<byte[], byte[]>> connecting = sharedAsync();
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    connecting.get(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
+                    return;
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                } catch (TimeoutException e) {
+                    // The command waits for the connect; its caller bounds that wait.
+                    return;
+                } catch (ExecutionException e) {
+                    throw translate(e.getCause());
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /** How long an open without a bound of the caller's may take (a connect, then CLIENT ID). */
+    private static final long OPEN_BOUND_NANOS = TimeUnit.SECONDS.toNanos(20);
 
     @Override
     public CompletableFuture<Object> call(byte[] routingKey, byte[]... args) {
-        StatefulRedisConnection<byte[], byte[]> connection;
-        try {
-            connection = shared();
-        } catch (RuntimeException e) {
-            return CompletableFuture.failedFuture(translate(e));
+        StatefulRedisConnection<byte[], byte[]> connection = usableShared();
+        if (connection != null) {
+            return dispatch(connection, args);
         }
-        return dispatch(connection, args);
+        return sharedAsync().thenCompose(opened -> dispatch(opened, args));
     }
 
     @Override
@@ -313,27 +401,48 @@ public final class LettuceTransport implements Transport {
         // Lettuce writes each command as it is dispatched without waiting for earlier replies:
         // commands issued back to back on the shared connection are pipelined.
         List<CompletableFuture<Object>> replies = new ArrayList<>(commands.size());
-        StatefulRedisConnection<byte[], byte[]> connection;
-        try {
-            connection = shared();
-        } catch (RuntimeException e) {
-            for (int i = 0; i < commands.size(); i++) {
-                replies.add(CompletableFuture.failedFuture(translate(e)));
+        StatefulRedisConnection<byte[], byte[]> connection = usableShared();
+        if (connection != null) {
+            for (Command command : commands) {
+                replies.add(dispatch(connection, command.args()));
             }
             return replies;
         }
-        for (Command command : commands) {
-            replies.add(dispatch(connection, command.args()));
+        for (int i = 0; i < commands.size(); i++) {
+            replies.add(new CompletableFuture<>());
         }
+        // Once connected, dispatched in order (one callback: dependents of a future run in no
+        // fixed order).
+        sharedAsync().whenComplete((opened, error) -> {
+            for (int i = 0; i < commands.size(); i++) {
+                CompletableFuture<Object> reply = replies.get(i);
+                if (error != null) {
+                    reply.completeExceptionally(translate(error));
+                } else {
+                    dispatch(opened, commands.get(i).args()).whenComplete((value, failure) -> {
+                        if (failure == null) {
+                            reply.complete(value);
+                        } else {
+                            reply.completeExceptionally(failure);
+                        }
+                    });
+                }
+            }
+        });
         return replies;
     }
 
     @Override
     public BlockingConnection openBlocking(byte[] routingKey) {
+        return openBlocking(routingKey, System.nanoTime() + OPEN_BOUND_NANOS);
+    }
+
+    @Override
+    public BlockingConnection openBlocking(byte[] routingKey, long deadlineNanos) {
         while (true) {
             Dedicated connection = idle.pollFirst();
             if (connection == null) {
-                connection = open();
+                connection = openBy(deadlineNanos);
             } else if (!connection.connection.isOpen() || !current(connection.generation, connection.address)) {
                 connection.connection.closeAsync();
                 continue;
@@ -348,6 +457,45 @@ public final class LettuceTransport implements Transport {
             }
             busy.remove(connection);
             connection.connection.closeAsync();
+        }
+    }
+
+    /**
+     * Opens a new wait connection on the connector, waiting for it until {@code deadlineNanos}: a
+     * connection that comes later joins the idle ones.
+     */
+    private Dedicated openBy(long deadlineNanos) {
+        CompletableFuture<Dedicated> opening = new CompletableFuture<>();
+        try {
+            connector.execute(() -> {
+                try {
+                    opening.complete(open());
+                } catch (Throwable e) {
+                    opening.completeExceptionally(e);
+                }
+            });
+        } catch (RuntimeException e) {
+            throw translate(e);
+        }
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    return opening.get(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    // The wait that follows sees the interrupt at once.
+                    interrupted = true;
+                } catch (TimeoutException e) {
+                    opening.thenAccept(Dedicated::recycle);
+                    throw new DLockTimeoutException("no connection in time: the server does not answer");
+                } catch (ExecutionException e) {
+                    throw translate(e.getCause());
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
         }
     }
 
@@ -420,6 +568,7 @@ public final class LettuceTransport implements Transport {
                 shared = null;
             }
         }
+        connector.shutdownNow();
         if (sentinels != null) {
             sentinels.close();
         }

@@ -29,11 +29,13 @@ import java.util.UUID;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Assertions;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
@@ -264,9 +266,9 @@ public abstract class LockContractTests {
         waiter.interrupt();
         waiter.join(10_000);
         assertTrue(outcome.get() instanceof InterruptedException, String.valueOf(outcome.get()));
-        LockInfo info = LockInfo.of(server, key);
-        assertEquals(0, info.waiting(), "no waiter left in the queue");
-        assertEquals(1, info.holders().size(), "no hold but ours");
+        // The clean-up (CLIENT UNBLOCK) runs in the background (R4.7).
+        Poll.until("no waiter left in the queue", () -> LockInfo.of(server, key).waiting() == 0);
+        assertEquals(1, LockInfo.of(server, key).holders().size(), "no hold but ours");
         lock.unlock();
         assertNull(LockInfo.of(server, key), "nothing left behind");
     }
@@ -454,7 +456,8 @@ public abstract class LockContractTests {
     @Test
     void aCancelThatRacesAHandOffLeavesNothing() throws Exception {
         DLock lock = dlock.getLock(key);
-        for (int round = 0; round < 15; round++) {
+        // 50 times: Future.cancel(true) as the holder releases (the grant races the cancel).
+        for (int round = 0; round < 50; round++) {
             Lease held = lock.acquire(Duration.ZERO);
             CompletableFuture<Lease> waiting = lock.acquireAsync(Duration.ofSeconds(10));
             Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
@@ -764,6 +767,200 @@ public abstract class LockContractTests {
         semaphore.tryAcquire(3).orElseThrow().close();
         two.close();
         assertNull(LockInfo.of(server, key));
+    }
+
+    // ---- a stalled server (R4.6, R4.7, R5.3) ---------------------------------------------------
+
+    /**
+     * A frozen server (SIGSTOP for 3 s): a wait of 200 ms ends with a timeout by its bound (wait +
+     * 2 s), not at the thaw, and its request, run at the thaw, leaves no hold (R5.3); a try
+     * without wait that times out on a read leaves no hold either (Jedis: a hold for the whole
+     * lease); a renewal by hand ends by the lease's local deadline (1.5 s) with the hold lost; and
+     * after the thaw the next call is not delayed by the clean-ups (Lettuce: a release waited on
+     * the event loop, 10 s). Run on one server kind (it takes the 3 s of the freeze).
+     */
+    @Test
+    void aFrozenServerBoundsEachCallAndLeavesNoHold() throws Exception {
+        Assumptions.assumeTrue(kind() == RedisServer.Kind.REDIS, "one server kind is enough");
+        String waited = key + ":waited";
+        String tried = key + ":tried";
+        Lease renewed = dlock.getLock(key + ":renewed").acquire(Duration.ZERO, Duration.ofMillis(1500));
+        java.util.concurrent.ExecutorService threads = java.util.concurrent.Executors.newCachedThreadPool();
+        long frozenAt = System.nanoTime();
+        server.freeze();
+        try {
+            threads.submit(() -> {
+                Thread.sleep(3000);
+                server.thaw();
+                return null;
+            });
+            Future<Outcome> waitCall = threads.submit(() -> timed(() -> dlock.getLock(waited).acquire(Duration.ofMillis(200))));
+            Future<Outcome> tryCall = threads.submit(() -> timed(() -> dlock.getLock(tried).tryAcquire()));
+            Future<Outcome> renewCall = threads.submit(() -> timed(() -> {
+                renewed.renew(Duration.ofMillis(1500));
+                return null;
+            }));
+            Outcome wait = waitCall.get(10, TimeUnit.SECONDS);
+            assertEquals("timeout", wait.kind(), "the wait timed out, it did not wait for the thaw: " + wait);
+            assertTrue(wait.ms() <= 200 + 2000 + 600, "the wait ended by its bound: " + wait);
+            Outcome renewal = renewCall.get(10, TimeUnit.SECONDS);
+            assertTrue(renewal.kind().equals("lost") || renewal.kind().equals("timeout"),
+                    "the renewal failed, it did not wait for the thaw: " + renewal);
+            assertTrue(renewal.ms() <= 1500 + 500, "the renewal ended by the lease's local deadline: " + renewal);
+            Poll.until("the renewed hold lost by its deadline", Duration.ofSeconds(1), () -> !renewed.isValid());
+            Outcome tryOutcome = tryCall.get(15, TimeUnit.SECONDS);
+            assertTrue(tryOutcome.kind().equals("returned") || tryOutcome.kind().equals("timeout"), tryOutcome.toString());
+        } finally {
+            long frozenMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - frozenAt);
+            if (frozenMs < 3000) {
+                Thread.sleep(3000 - frozenMs);
+            }
+            server.thaw();
+            threads.shutdown();
+        }
+        Poll.until("the server answers", Duration.ofSeconds(10), () -> "PONG".equals(String.valueOf(server.call("PING"))));
+        long start = System.nanoTime();
+        try (Lease next = dlock.getLock(key + ":next").acquire(Duration.ofSeconds(1))) {
+            assertTrue(next.isValid());
+        }
+        long nextMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+        assertTrue(nextMs < 1000, "the next call is not delayed by the clean-ups: " + nextMs + " ms");
+        Poll.until("no hold left by the timed-out wait: " + LockInfo.of(server, waited), Duration.ofSeconds(3),
+                () -> LockInfo.of(server, waited) == null);
+        Poll.until("no hold left by the timed-out try: " + LockInfo.of(server, tried), Duration.ofSeconds(3),
+                () -> LockInfo.of(server, tried) == null);
+        // And none appears later (a request buffered in the server that runs after a release).
+        Thread.sleep(300);
+        assertNull(LockInfo.of(server, waited));
+        assertNull(LockInfo.of(server, tried));
+    }
+
+    /** How a call ended: "returned", "timeout", "lost" or "connection", after {@code ms}. */
+    private record Outcome(String kind, long ms) {}
+
+    /** Runs a call that returns a lease, an optional one or nothing, and closes what it got. */
+    private static Outcome timed(java.util.concurrent.Callable<Object> call) throws Exception {
+        long start = System.nanoTime();
+        String kind = "returned";
+        try {
+            Object got = call.call();
+            if (got instanceof Lease) {
+                ((Lease) got).close();
+            } else if (got instanceof Optional) {
+                ((Optional<?>) got).ifPresent(lease -> ((Lease) lease).close());
+            }
+        } catch (dev.dlock.DLockTimeoutException e) {
+            kind = "timeout";
+        } catch (LockLostException e) {
+            kind = "lost";
+        } catch (dev.dlock.DLockConnectionException e) {
+            kind = "connection";
+        }
+        return new Outcome(kind, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start));
+    }
+
+    /** R8: a thread that polls a fair lock keeps its place (one owner for all its tries). */
+    @Test
+    void aFairPollerKeepsItsPlace() throws Exception {
+        Lease held = dlock.getLock(key).acquire(Duration.ZERO);
+        DLock fair = dlock.getFairLock(key);
+        // The second poller: one thread, polling as a loop would.
+        java.util.concurrent.ExecutorService second = java.util.concurrent.Executors.newSingleThreadExecutor();
+        java.util.concurrent.Callable<Boolean> secondTry = () -> {
+            DLock mine = dlock.getFairLock(key);
+            if (mine.tryLock()) {
+                mine.unlock();
+                return true;
+            }
+            return false;
+        };
+        try {
+            assertFalse(fair.tryLock());
+            assertTrue(dlock.getFairLock(key).tryAcquire().isEmpty(), "another DLock object, the handle API");
+            assertEquals(1, LockInfo.of(server, key).waiting(), "one reservation, not one per try");
+            assertFalse(second.submit(secondTry).get(10, TimeUnit.SECONDS), "another poller");
+            assertEquals(2, LockInfo.of(server, key).waiting());
+            held.close();
+            assertFalse(second.submit(secondTry).get(10, TimeUnit.SECONDS), "the second poller waits its turn");
+            assertTrue(fair.tryLock(), "the first poller, back under its owner, is first");
+            fair.unlock();
+            assertTrue(second.submit(secondTry).get(10, TimeUnit.SECONDS), "then the second poller's turn");
+        } finally {
+            second.shutdown();
+        }
+        assertNull(LockInfo.of(server, key));
+    }
+
+    /**
+     * R4.4, 250 times: lockInterruptibly() interrupted as the holder releases (the grant races the
+     * interrupt) throws InterruptedException and leaves no hold and no waiter.
+     */
+    @Test
+    void anInterruptThatRacesAHandOffThrowsAndLeavesNothing() throws Exception {
+        Assumptions.assumeTrue(kind() == RedisServer.Kind.REDIS, "one server kind is enough");
+        DLock lock = dlock.getLock(key);
+        DLock holder = dlock.getLock(key);
+        for (int round = 0; round < 250; round++) {
+            Lease held = holder.acquire(Duration.ZERO);
+            AtomicReference<Object> outcome = new AtomicReference<>();
+            Thread waiter = new Thread(() -> {
+                try {
+                    lock.lockInterruptibly();
+                    outcome.set("returned normally, holding the lock (interrupted: " + Thread.currentThread().isInterrupted() + ")");
+                    lock.unlock();
+                } catch (Throwable e) {
+                    outcome.set(e);
+                }
+            });
+            waiter.start();
+            Poll.until("the waiter in the queue", () -> LockInfo.of(server, key).waiting() == 1);
+            waiter.interrupt();
+            held.close();
+            waiter.join(10_000);
+            int r = round;
+            assertTrue(outcome.get() instanceof InterruptedException, "round " + r + ": " + outcome.get());
+            Poll.until("nothing left after round " + r, Duration.ofSeconds(3), () -> LockInfo.of(server, key) == null,
+                    () -> String.valueOf(LockInfo.of(server, key)));
+        }
+    }
+
+    /**
+     * 50 times: a timed tryLock whose wait ends as the holder releases either holds the lock
+     * (and it is its) or returns false leaving nothing behind.
+     */
+    @Test
+    void aTimedTryLockThatRacesAHandOffIsAllOrNothing() throws Exception {
+        Assumptions.assumeTrue(kind() == RedisServer.Kind.REDIS, "one server kind is enough");
+        DLock lock = dlock.getLock(key);
+        DLock holder = dlock.getLock(key);
+        int got = 0;
+        for (int round = 0; round < 50; round++) {
+            Lease held = holder.acquire(Duration.ZERO);
+            CompletableFuture<Object> outcome = new CompletableFuture<>();
+            Thread waiter = new Thread(() -> {
+                try {
+                    if (lock.tryLock(20, TimeUnit.MILLISECONDS)) {
+                        LockInfo info = LockInfo.of(server, key);
+                        outcome.complete(info != null && info.token() == lock.getToken() ? "held" : "granted but not held: " + info);
+                        lock.unlock();
+                    } else {
+                        outcome.complete("refused");
+                    }
+                } catch (Throwable e) {
+                    outcome.complete(e);
+                }
+            });
+            waiter.start();
+            Thread.sleep(15 + round % 10); // around the wait's end: a race, not a synchronisation
+            held.close();
+            Object result = outcome.get(10, TimeUnit.SECONDS);
+            int r = round;
+            assertTrue(result.equals("held") || result.equals("refused"), "round " + r + ": " + result);
+            got += result.equals("held") ? 1 : 0;
+            Poll.until("nothing left after round " + r, Duration.ofSeconds(3), () -> LockInfo.of(server, key) == null,
+                    () -> String.valueOf(LockInfo.of(server, key)));
+        }
+        System.out.println("timed tryLock against a hand-off: granted " + got + " of 50");
     }
 
     @Test

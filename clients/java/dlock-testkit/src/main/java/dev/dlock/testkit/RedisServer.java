@@ -351,6 +351,33 @@ public final class RedisServer implements AutoCloseable {
         return process != null && process.isAlive();
     }
 
+    /**
+     * Freezes the process (SIGSTOP), as a frozen VM or a long fork would: connections are still
+     * accepted by the kernel and requests are buffered, but nothing is answered until {@link #thaw()}.
+     */
+    public void freeze() {
+        signal("-STOP");
+    }
+
+    /** Lets a frozen process run again (SIGCONT): it then reads every request buffered meanwhile. */
+    public void thaw() {
+        signal("-CONT");
+    }
+
+    private void signal(String signal) {
+        try {
+            Process kill = new ProcessBuilder("kill", signal, Long.toString(process.pid())).inheritIO().start();
+            if (kill.waitFor() != 0) {
+                throw new IllegalStateException("kill " + signal + " failed");
+            }
+        } catch (IOException e) {
+            throw new IllegalStateException("kill " + signal, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted", e);
+        }
+    }
+
     /** Kills the process at once (SIGKILL), as a crash would. */
     public void kill() {
         if (process != null) {
