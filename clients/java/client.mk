@@ -5,9 +5,9 @@
 CLIENT_SUITES += java-test
 # Then the transports built against today's newest Lettuce and Jedis (profile `newest`,
 # in target/newest) run the conformance suite on redis-server: the compatibility table of
-# clients/java/README.md. Every area but cancel and watchdog (the client's own logic, the
-# same over any release, and half of the run's time).
-JAVA_NEWEST_AREAS := bad_input.,basic.,election.,fencing.,latch.,lost.,multi.,rwlock.,semaphore.,stall.,wait.
+# clients/java/README.md. The areas where what the library decides shows (replies, errors,
+# timeouts, reconnects, blocking waits); the others are the client's own logic.
+JAVA_NEWEST_AREAS := bad_input.,basic.,lost.,stall.,wait.
 java-test: build
 	cd clients/java && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" mvn -q -B verify
 	cd clients/java && mvn -q -B -Pnewest -pl dlock-lettuce,dlock-jedis -am verify -Dtest='*ConformanceTest' -Dsurefire.failIfNoSpecifiedTests=false -Ddlock.conformance.servers=redis -Ddlock.conformance=$(JAVA_NEWEST_AREAS)

@@ -307,11 +307,13 @@ public abstract class LockContractTests {
 
     @Test
     void theWatchdogKeepsAShortLeaseAlive() throws Exception {
-        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(600)).build());
+        // 1.2 s held for 2.5 leases: renewals every 400 ms leave a watchdog 0.8 s of scheduling delay
+        // (a 600 ms lease left 0.4 s, and a loaded machine's late timer once lost it).
+        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(1200)).build());
         DLock lock = client.getLock(key);
         lock.lock();
         long token = lock.getToken();
-        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(2000);
+        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(3000);
         while (System.nanoTime() < end) {
             LockInfo info = LockInfo.of(server, key);
             if (info == null) {
