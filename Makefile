@@ -56,8 +56,10 @@ test-rust:
 	cargo test --release -p dlock-client --lib
 	cargo test --release -p dlock-client --doc
 	cargo test --release -p dlock-cli --bins
-	$(MAKE) --no-print-directory integration-suites
-	$(MAKE) --no-print-directory bench-rust QUICK=1
+	@start=$$(date +%s); $(MAKE) --no-print-directory integration-suites \
+		&& echo "== integration-suites: passed in $$(( $$(date +%s) - start )) s"
+	@start=$$(date +%s); $(MAKE) --no-print-directory bench-rust QUICK=1 \
+		&& echo "== bench-rust QUICK=1: passed in $$(( $$(date +%s) - start )) s"
 
 # Each client's fragment adds its suite to CLIENT_SUITES (go-test,
 # robustness-short, java-test, node-test, python-test); they run one after
@@ -66,8 +68,16 @@ test-rust:
 test-clients: export DLOCK_MODULE = $(TEST_MODULE_DIR)/libdlock.so
 test-clients: export DLOCK_CLI = $(TEST_MODULE_DIR)/dlock
 test-clients:
-	$(MAKE) --no-print-directory -j1 dist-check $(CLIENT_SUITES)
-	$(MAKE) --no-print-directory -j1 go-bench java-bench node-bench QUICK=1
+	@for suite in dist-check $(CLIENT_SUITES); do \
+		start=$$(date +%s); \
+		$(MAKE) --no-print-directory -j1 $$suite || exit 1; \
+		echo "== $$suite: passed in $$(( $$(date +%s) - start )) s"; \
+	done
+	@for bench in go-bench java-bench node-bench; do \
+		start=$$(date +%s); \
+		$(MAKE) --no-print-directory -j1 $$bench QUICK=1 || exit 1; \
+		echo "== $$bench QUICK=1: passed in $$(( $$(date +%s) - start )) s"; \
+	done
 
 # The integration suites (tests/*.rs, and the Rust client's clients/rust/tests/*.rs
 # with its conformance runner) against Redis 7.0 (Debian 12's
