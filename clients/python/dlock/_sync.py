@@ -11,7 +11,7 @@ from typing import Any, Callable, List, Optional, Sequence, Type
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
-from . import _core
+from . import _cluster, _core
 from ._core import (
     CLEANUP_PATIENCE,
     CLEANUP_POLL,
@@ -48,6 +48,8 @@ def call_on_own_connection(
     delays, the commands of other threads. On any failure other than an
     error reply (a timeout, a dropped connection, KeyboardInterrupt) the
     connection is closed, so the server forgets a waiter it had queued."""
+    if _cluster.is_cluster(client):  # by slot, redirections followed: dlock/_cluster.py
+        return _cluster.call(client, commands, timeout, call_on_own_connection)
     pool = client.connection_pool
     conn = _pool_connection(pool)
     try:
@@ -845,6 +847,7 @@ class Observer:
         self._closed = threading.Event()
         self._guard = threading.Lock()
         self._waiting_id: Optional[int] = None
+        self._waiting_client: Any = None  # the node of the wait (Cluster)
 
     def __iter__(self) -> "Observer":
         return self
@@ -855,8 +858,15 @@ class Observer:
         if self.last_term is None:
             state = self.election.leader()
         else:
+            attempt = 0
             while True:
-                state = self._watch(self.last_term)
+                try:
+                    state = self._watch(self.last_term)
+                except ResponseError as error:  # MOVED: the key's slot moved
+                    attempt += 1
+                    if attempt < _cluster.ATTEMPTS and _cluster.redirected(self.election.redis, error, attempt):
+                        continue
+                    raise
                 if self._closed.is_set():
                     raise StopIteration
                 if state is not _core.WATCH_TIMED_OUT:
@@ -865,7 +875,7 @@ class Observer:
         return state
 
     def _watch(self, last: int) -> Any:
-        client = self.election.redis
+        client = _cluster.node_client(self.election.redis, self.election.name)
         wait = self.election.watch_timeout
         pool = client.connection_pool
         conn = _pool_connection(pool)
@@ -878,6 +888,7 @@ class Observer:
                 sock.settimeout(wait + WAIT_MARGIN)
             with self._guard:
                 self._waiting_id = int(conn.read_response())
+                self._waiting_client = client
             try:
                 reply = conn.read_response()
             finally:
@@ -900,10 +911,10 @@ class Observer:
         end = time.monotonic() + self.election.watch_timeout + WAIT_MARGIN
         while time.monotonic() < end:
             with self._guard:
-                waiting = self._waiting_id
+                waiting, node = self._waiting_id, self._waiting_client
             if waiting is None:
                 return
-            if int(self.election.redis.execute_command("CLIENT", "UNBLOCK", waiting)) == 1:
+            if int(node.execute_command("CLIENT", "UNBLOCK", waiting)) == 1:  # on the wait's node
                 return
             time.sleep(0.005)  # sent, not blocked yet: try again
 
