@@ -889,6 +889,12 @@ class Observer:
             with self._guard:
                 self._waiting_id = int(conn.read_response())
                 self._waiting_client = client
+                closed = self._closed.is_set()
+            if closed:  # close() looked before this wait began: end it here
+                with self._guard:
+                    self._waiting_id = None
+                conn.disconnect()
+                return _core.WATCH_TIMED_OUT
             try:
                 reply = conn.read_response()
             finally:

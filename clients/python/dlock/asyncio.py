@@ -784,6 +784,8 @@ class Observer:
                 conn.pack_commands([["CLIENT", "ID"], _core.watch_args(self.election.name, last, wait)])
             )
             client_id = int(await conn.read_response(timeout=wait + WAIT_MARGIN))
+            if self._closed:  # aclose() looked before this wait began: end it here
+                return _core.WATCH_TIMED_OUT  # (the connection is closed below)
             self._waiting_id, self._waiting_client = client_id, client
             try:
                 reply = await conn.read_response(timeout=wait + WAIT_MARGIN)
