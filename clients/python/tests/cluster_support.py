@@ -81,8 +81,11 @@ class Cluster:
             try:
                 client.execute_command("DLOCK.INFO", key)
                 return node
-            except redis.exceptions.MovedError:
-                continue
+            except redis.ResponseError as error:
+                # MovedError where the plain client's parser knows MOVED (redis-py 6+)
+                if isinstance(error, redis.exceptions.MovedError) or str(error).startswith("MOVED"):
+                    continue
+                raise
             finally:
                 client.close()
         raise AssertionError(f"no node serves {key}")
