@@ -40,7 +40,6 @@ from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
     MovedError,
-    ResponseError,
     TimeoutError,
     TryAgainError,
 )
@@ -139,7 +138,9 @@ class _Round:
     def __init__(self) -> None:
         self.again: List[int] = []
         self.refresh = False
-        self.only_asked = True
+        #: Whether the next round waits first (not after ASK, nor after an
+        #: early null: the node that answered has nothing more to say).
+        self.pause = False
 
 
 def _judge(
@@ -159,15 +160,16 @@ def _judge(
         replies[index] = reply
         round_.again.append(index)
         return
-    round_.only_asked = False
     if isinstance(reply, MovedError):
         moved.append(reply)
         replies[index] = reply
         round_.again.append(index)
+        round_.pause = True
     elif isinstance(reply, (TryAgainError, ClusterDownError)):
         round_.refresh = round_.refresh or isinstance(reply, ClusterDownError)
         replies[index] = reply
         round_.again.append(index)
+        round_.pause = True
     elif reply is None and blocking_retry:
         at = _block_at(commands[index])
         again = None if at is None else _rest_of_wait(commands[index], at, sent)
@@ -177,7 +179,6 @@ def _judge(
             commands[index] = again
             replies[index] = None
             round_.again.append(index)
-            round_.only_asked = True  # no pause: the old node answered at once
     else:
         replies[index] = reply
 
@@ -292,7 +293,7 @@ def call(
                     raise
                 round_.again.extend(indices)
                 round_.refresh = True
-                round_.only_asked = False
+                round_.pause = True
                 continue
             for i, reply in zip(indices, _unbatch(indices, got, asked)):
                 asked.pop(i, None)
@@ -301,7 +302,7 @@ def call(
             return replies
         for error in moved:
             _learn_moved(cluster, error)
-        if not round_.only_asked:
+        if round_.pause:
             time.sleep(_pause(attempt))
         if round_.refresh:
             _reread_slots(cluster)
@@ -436,7 +437,7 @@ async def acall(
                     raise
                 round_.again.extend(indices)
                 round_.refresh = True
-                round_.only_asked = False
+                round_.pause = True
                 continue
             for i, reply in zip(indices, _unbatch(indices, got, asked)):
                 asked.pop(i, None)
@@ -445,7 +446,7 @@ async def acall(
             return replies
         for error in moved:
             await _alearn_moved(cluster, error)
-        if not round_.only_asked:
+        if round_.pause:
             await asyncio.sleep(_pause(attempt))
         if round_.refresh:
             await _areread_slots(cluster)

@@ -18,6 +18,7 @@ import time
 import uuid
 
 import pytest
+import redis
 import redis.asyncio.cluster
 from redis.exceptions import ClusterCrossSlotError, LockNotOwnedError
 
@@ -128,6 +129,47 @@ def test_an_interrupted_wait_leaves_no_waiter_on_its_node(cluster, rc, tag):
     assert state["waiting"] == 0 and state["owner"] == holder.local.token
     holder.release()
     assert node_info(node, key) is None  # nobody was handed the lock
+
+
+def node_calls(node, command):
+    client = node.client()
+    try:
+        return int(client.info("commandstats").get(f"cmdstat_{command.lower()}", {}).get("calls", 0))
+    finally:
+        client.close()
+
+
+def test_a_wait_whose_connection_breaks_is_not_sent_again(cluster, rc, tag):
+    """R5.1: redis-py's cluster client would send the command again after a
+    connection error; dlock raises it, and the acquire reached the node once."""
+    index = other_node(cluster, rc)
+    node, key = cluster.nodes[index], cluster.key_on(index, f"{tag}:cut")
+    holder = dlock.Lock(rc, key)
+    assert holder.acquire()
+    sent = node_calls(node, "DLOCK.ACQUIRE")
+    failed = []
+
+    def wait():
+        try:
+            dlock.Lock(rc, key).acquire(blocking_timeout=30)
+        except redis.ConnectionError as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    wait_until(lambda: node_info(node, key)["waiting"] == 1, what="the wait on the node")
+    admin = node.client()
+    try:
+        waiter = next(c for c in admin.client_list() if c["cmd"] == "dlock.acquire" and "b" in c["flags"])
+        admin.execute_command("CLIENT", "KILL", "ID", waiter["id"])
+    finally:
+        admin.close()
+    thread.join(20)
+    assert len(failed) == 1, "the connection error reached the caller"
+    assert node_calls(node, "DLOCK.ACQUIRE") == sent + 1, "sent once"
+    state = node_info(node, key)
+    assert state["waiting"] == 0 and state["owner"] == holder.local.token
+    holder.release()
 
 
 def test_a_deleted_key_makes_the_guard_lost(cluster, rc, tag):
