@@ -203,7 +203,7 @@ def test_a_multi_lock_takes_one_slot_and_refuses_several_before_sending(cluster,
     assert (cluster.calls("DLOCK.MACQUIRE"), cluster.errors("CROSSSLOT")) == (sent, refused)
 
 
-def test_a_latch_on_another_node(cluster, rc, tag):
+def test_a_latch_a_semaphore_and_a_read_write_lock_on_another_node(cluster, rc, tag):
     key = cluster.key_on(other_node(cluster, rc), f"{tag}:latch")
     latch = dlock.Latch(rc, key)
     assert latch.try_set_count(2, 10)
@@ -214,6 +214,18 @@ def test_a_latch_on_another_node(cluster, rc, tag):
     assert latch.count_down() == 0
     thread.join(20)
     assert opened == [True] and latch.count() is None
+    semaphore = [dlock.Semaphore(rc, "{" + key + "}:sem", 2) for _ in range(3)]
+    assert semaphore[0].acquire(blocking=False) and semaphore[1].acquire(blocking=False)
+    assert not semaphore[2].acquire(blocking=False)
+    semaphore[0].release()
+    assert semaphore[2].acquire(blocking=False)
+    semaphore[1].release()
+    semaphore[2].release()
+    rw = dlock.RWLock(rc, "{" + key + "}:rw")
+    assert rw.read_lock().acquire(blocking=False) and rw.write_lock().acquire(blocking=False)  # an upgrade
+    rw.write_lock().release()
+    rw.read_lock().release()
+    assert cluster.info("{" + key + "}:sem") is None and cluster.info("{" + key + "}:rw") is None
 
 
 def test_an_election_on_another_node(cluster, rc, tag):
