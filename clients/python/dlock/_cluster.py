@@ -20,8 +20,11 @@ error (R5.2), once the slot map was read again (a failover).
 
 A blocking acquire (``BLOCK``) answered null before its wait ended was
 refused by a node whose lock moved away (``MIGRATE`` during resharding, a
-failover: docs/commands.md), so nothing was granted: it is sent again with
-the rest of its wait, and follows the redirection the old node answers.
+failover on Valkey: docs/commands.md), and one answered ``UNBLOCKED`` was
+waiting on a primary that a failover made a replica (Redis): nothing was
+granted, so it is sent again with the rest of its wait, and follows the
+redirection the old node answers (after ``UNBLOCKED``, from a slot map read
+again).
 
 ``DLOCK.MACQUIRE`` needs all its keys in one slot (hash tags); keys of
 different slots are refused before anything is sent, with redis-py's
@@ -40,6 +43,7 @@ from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
     MovedError,
+    ResponseError,
     TimeoutError,
     TryAgainError,
 )
@@ -118,6 +122,12 @@ def _rest_of_wait(command: List[Any], at: int, sent: float) -> Optional[List[Any
     return again
 
 
+def _unblocked(reply: Any) -> bool:
+    """Redis's answer to the clients blocked on a primary that a failover
+    made a replica (it closes their connections next): nothing was granted."""
+    return isinstance(reply, ResponseError) and str(reply).startswith("UNBLOCKED")
+
+
 def _pause(attempt: int) -> float:
     """The pause before the send after the ``attempt``-th: 10, 20, 40, 80,
     160, then 250 ms."""
@@ -170,15 +180,15 @@ def _judge(
         replies[index] = reply
         round_.again.append(index)
         round_.pause = True
-    elif reply is None and blocking_retry:
+    elif (reply is None or _unblocked(reply)) and blocking_retry:
         at = _block_at(commands[index])
         again = None if at is None else _rest_of_wait(commands[index], at, sent)
-        if again is None:
-            replies[index] = None
-        else:
+        replies[index] = reply
+        if again is not None:
             commands[index] = again
-            replies[index] = None
             round_.again.append(index)
+            if reply is not None:  # a failover: the slot's new primary, from a new map
+                round_.refresh = round_.pause = True
     else:
         replies[index] = reply
 
