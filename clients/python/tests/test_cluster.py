@@ -438,3 +438,20 @@ def test_asyncio_a_slot_moved_during_a_wait(cluster, tag):
         assert node_info(target, key) is None
 
     arun(cluster, body)
+
+
+def test_an_early_null_is_sent_again_with_the_rest_of_its_wait():
+    """Where the BLOCK of a wait is (never a key or an owner named BLOCK),
+    and what is left of it when a null comes before its end."""
+    from dlock._cluster import _block_at, _rest_of_wait
+
+    acquire = ["DLOCK.ACQUIRE", "BLOCK", "BLOCK", 1000, "SHARED", "BLOCK", 500]
+    assert _block_at(acquire) == 6
+    assert _block_at(["DLOCK.MACQUIRE", 2, "BLOCK", "k", "BLOCK", 100, "BLOCK", 0]) == 7
+    assert _block_at(["DLOCK.ACQUIRE", "k", "o", 1000]) is None
+    assert _block_at(["DLOCK.RELEASE", "k", "BLOCK"]) is None
+    left = _rest_of_wait(acquire, 6, time.monotonic() - 0.2)
+    assert left is not None and 250 <= left[6] <= 300 and left[:6] == acquire[:6]
+    assert _rest_of_wait(acquire, 6, time.monotonic() - 0.6) is None  # a time-out: not sent again
+    forever = ["DLOCK.FAIR", "k", "o", 1000, "BLOCK", 0]
+    assert _rest_of_wait(forever, 5, time.monotonic() - 60) == forever
