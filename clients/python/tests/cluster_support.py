@@ -170,3 +170,56 @@ class Cluster:
             client.execute_command("CLUSTER", "SETSLOT", slot, state, node_id)
         finally:
             client.close()
+
+    def add_replica(self, primary: ClusterNode) -> ClusterNode:
+        """A fourth node, made a replica of ``primary``; returns once it has
+        synced and both it and the primary's view of the cluster are ready
+        for a manual failover. Stopped with the cluster."""
+        replica = ClusterNode(self.nodes[0].binary, self.kind)
+        self.nodes.append(replica)
+        end = time.monotonic() + PATIENCE
+        primary_id = self.node_id(primary)
+        admin, client = primary.client(), replica.client()
+        try:
+            admin.config_set("repl-diskless-sync-delay", 0)  # no 5 s pause before the sync
+            client.execute_command("CLUSTER", "MEET", "127.0.0.1", primary.port, primary.bus_port)
+            while True:
+                try:
+                    client.execute_command("CLUSTER", "REPLICATE", primary_id)
+                    break
+                except redis.ResponseError:  # the primary is not known yet
+                    self._patience(end, "the replica to know its primary")
+            while True:
+                state = client.execute_command("CLUSTER", "INFO")
+                state = state.decode() if isinstance(state, bytes) else str(state)
+                if (
+                    client.info("replication").get("master_link_status") == "up"
+                    and "cluster_state:ok" in state
+                    and len(admin.execute_command("CLUSTER", "REPLICAS", primary_id)) == 1
+                ):
+                    return replica
+                self._patience(end, "the replica to sync")
+        finally:
+            admin.close()
+            client.close()
+
+    def fail_over(self, replica: ClusterNode) -> None:
+        """``CLUSTER FAILOVER`` on ``replica`` (asked again every 2 s), until
+        it is a primary."""
+        end = time.monotonic() + PATIENCE
+        asked = 0.0
+        client = replica.client()
+        try:
+            while client.info("replication")["role"] != "master":
+                if time.monotonic() > asked + 2:
+                    client.execute_command("CLUSTER", "FAILOVER")
+                    asked = time.monotonic()
+                self._patience(end, "the failover")
+        finally:
+            client.close()
+
+    @staticmethod
+    def _patience(end: float, what: str) -> None:
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
