@@ -279,7 +279,7 @@ def test_a_slot_moved_during_a_wait_a_renewal_and_a_watch(cluster, rc, tag):
     key, leader_key = f"{{{tag}:move}}:lock", f"{{{tag}:move}}:leader"
     source = cluster.serving(key)
     target = next(node for node in cluster.nodes if node is not source)
-    holder = dlock.Lock(rc, key, thread_local=False, watchdog_timeout=0.6)
+    holder = dlock.Lock(rc, key, thread_local=False, watchdog_timeout=1.0)
     assert holder.acquire()
     waiter = dlock.Lock(rc, key, thread_local=False, blocking_timeout=30)
     got = []
@@ -308,7 +308,7 @@ def test_a_slot_moved_during_a_wait_a_renewal_and_a_watch(cluster, rc, tag):
     wait_until(lambda: dlock_info(target, "dlock_watchers") == 1, what="the watch moved to the new node")
     assert dlock_info(source, "dlock_watchers") == 0
 
-    time.sleep(1.2)  # two leases: the renewals reach the new node
+    time.sleep(1.2)  # more than a lease: only a renewal on the new node keeps it
     assert not holder.lost.is_set(), holder.lost.reason
     assert node_info(target, key)["owner"] == holder.local.token
     holder.release()
@@ -421,7 +421,7 @@ def test_asyncio_a_slot_moved_during_a_wait(cluster, tag):
     target = next(node for node in cluster.nodes if node is not source)
 
     async def body(client):
-        holder = dlock.asyncio.Lock(client, key, watchdog_timeout=0.6)
+        holder = dlock.asyncio.Lock(client, key, watchdog_timeout=2)
         assert await holder.acquire()
         waiter = dlock.asyncio.Lock(client, key, blocking_timeout=30)
         task = asyncio.ensure_future(waiter.acquire())
@@ -467,7 +467,9 @@ def test_a_failover_during_a_wait(cluster, rc, tag):
     key = f"{{{tag}:failover}}:lock"
     primary = cluster.serving(key)
     replica = cluster.add_replica(primary)
-    holder = dlock.Lock(rc, key, thread_local=False, watchdog_timeout=2)
+    # A lease longer than the failover (writes paused on the old primary):
+    # a shorter one may end on the new primary before a renewal reaches it.
+    holder = dlock.Lock(rc, key, thread_local=False, watchdog_timeout=10)
     assert holder.acquire()
     waiter = dlock.Lock(rc, key, thread_local=False, blocking_timeout=30)
     got = []
@@ -478,7 +480,7 @@ def test_a_failover_during_a_wait(cluster, rc, tag):
 
     def waiting_on_new_primary():
         try:
-            return node_info(replica, key)["waiting"] == 1
+            return (node_info(replica, key) or {}).get("waiting") == 1
         except redis.ResponseError:  # not serving the slot yet
             return False
 
