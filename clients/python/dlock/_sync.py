@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import _core
+from . import _cluster, _core
 from ._core import (
     CLEANUP_PATIENCE,
     CLEANUP_POLL,
@@ -94,6 +94,8 @@ def call_on_own_connection(
     The connection is taken within ``CONNECT_PATIENCE`` seconds (and within
     ``timeout``), and ``timeout`` counts from the call's start: the whole
     call ends by then (R4.6)."""
+    if _cluster.is_cluster(client):  # by slot, redirections followed: dlock/_cluster.py
+        return _cluster.call(client, commands, timeout, call_on_own_connection)
     pool = client.connection_pool
     bounded = timeout is not _UNCHANGED and timeout is not None
     end = time.monotonic() + timeout if bounded else None
@@ -929,6 +931,7 @@ class Observer:
         self._closed = threading.Event()
         self._guard = threading.Lock()
         self._waiting_id: Optional[int] = None
+        self._waiting_client: Any = None  # the node of the wait (Cluster)
 
     def __iter__(self) -> "Observer":
         return self
@@ -939,8 +942,15 @@ class Observer:
         if self.last_term is None:
             state = self.election.leader()
         else:
+            attempt = 0
             while True:
-                state = self._watch(self.last_term)
+                try:
+                    state = self._watch(self.last_term)
+                except ResponseError as error:  # MOVED: the key's slot moved
+                    attempt += 1
+                    if attempt < _cluster.ATTEMPTS and _cluster.redirected(self.election.redis, error, attempt):
+                        continue
+                    raise
                 if self._closed.is_set():
                     raise StopIteration
                 if state is not _core.WATCH_TIMED_OUT:
@@ -949,7 +959,7 @@ class Observer:
         return state
 
     def _watch(self, last: int) -> Any:
-        client = self.election.redis
+        client = _cluster.node_client(self.election.redis, self.election.name)
         wait = self.election.watch_timeout
         pool = client.connection_pool
         conn = _pool_connection(pool)
@@ -962,6 +972,13 @@ class Observer:
                 sock.settimeout(wait + WAIT_MARGIN)
             with self._guard:
                 self._waiting_id = int(conn.read_response())
+                self._waiting_client = client
+                closed = self._closed.is_set()
+            if closed:  # close() looked before this wait began: end it here
+                with self._guard:
+                    self._waiting_id = None
+                conn.disconnect()
+                return _core.WATCH_TIMED_OUT
             try:
                 reply = conn.read_response()
             finally:
@@ -984,10 +1001,10 @@ class Observer:
         end = time.monotonic() + self.election.watch_timeout + WAIT_MARGIN
         while time.monotonic() < end:
             with self._guard:
-                waiting = self._waiting_id
+                waiting, node = self._waiting_id, self._waiting_client
             if waiting is None:
                 return
-            if int(self.election.redis.execute_command("CLIENT", "UNBLOCK", waiting)) == 1:
+            if int(node.execute_command("CLIENT", "UNBLOCK", waiting)) == 1:  # on the wait's node
                 return
             time.sleep(0.005)  # sent, not blocked yet: try again
 

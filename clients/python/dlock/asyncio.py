@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import _core
+from . import _cluster, _core
 from ._core import (
     CLEANUP_PATIENCE,
     CLEANUP_POLL,
@@ -119,6 +119,8 @@ async def call_on_own_connection(
     """``dlock._sync.call_on_own_connection`` for redis.asyncio: a
     connection from the pool for this call alone, read with ``timeout``
     seconds (None: no timeout), closed on cancellation or failure."""
+    if _cluster.is_cluster(client):  # by slot, redirections followed: dlock/_cluster.py
+        return await _cluster.acall(client, commands, timeout, call_on_own_connection)
     pool = client.connection_pool
     conn = await _pool_connection(pool)
     try:
@@ -824,6 +826,7 @@ class Observer:
         self.last_term: Optional[int] = None
         self._closed = False
         self._waiting_id: Optional[int] = None
+        self._waiting_client: Any = None  # the node of the wait (Cluster)
 
     def __aiter__(self) -> "Observer":
         return self
@@ -834,8 +837,15 @@ class Observer:
         if self.last_term is None:
             state = await self.election.leader()
         else:
+            attempt = 0
             while True:
-                state = await self._watch(self.last_term)
+                try:
+                    state = await self._watch(self.last_term)
+                except ResponseError as error:  # MOVED: the key's slot moved
+                    attempt += 1
+                    if attempt < _cluster.ATTEMPTS and await _cluster.aredirected(self.election.redis, error, attempt):
+                        continue
+                    raise
                 if self._closed:
                     raise StopAsyncIteration
                 if state is not _core.WATCH_TIMED_OUT:
@@ -844,7 +854,7 @@ class Observer:
         return state
 
     async def _watch(self, last: int) -> Any:
-        client = self.election.redis
+        client = await _cluster.anode_client(self.election.redis, self.election.name)
         wait = self.election.watch_timeout
         pool = client.connection_pool
         conn = await _pool_connection(pool)
@@ -854,13 +864,15 @@ class Observer:
                 conn.pack_commands([["CLIENT", "ID"], _core.watch_args(self.election.name, last, wait)])
             )
             client_id = int(await conn.read_response(timeout=wait + WAIT_MARGIN))
-            self._waiting_id = client_id
+            if self._closed:  # aclose() looked before this wait began: end it here
+                return _core.WATCH_TIMED_OUT  # (the connection is closed below)
+            self._waiting_id, self._waiting_client = client_id, client
             try:
                 reply = await conn.read_response(timeout=wait + WAIT_MARGIN)
             except asyncio.CancelledError:
                 # The wait goes on in the server: end it, and read the reply
                 # it provokes so that the connection can be used again.
-                clean = await asyncio.shield(self._unblock(conn, client_id))
+                clean = await asyncio.shield(self._unblock(client, conn, client_id))
                 raise
             finally:
                 self._waiting_id = None
@@ -877,9 +889,9 @@ class Observer:
                     pass
             await pool.release(conn)
 
-    async def _unblock(self, conn: Any, client_id: int) -> bool:
+    async def _unblock(self, client: Any, conn: Any, client_id: int) -> bool:
         try:
-            await self.election.redis.execute_command("CLIENT", "UNBLOCK", client_id)
+            await client.execute_command("CLIENT", "UNBLOCK", client_id)  # on the wait's node
             await conn.read_response(timeout=WAIT_MARGIN)
             return True
         except Exception:
@@ -891,10 +903,10 @@ class Observer:
         self._closed = True
         end = time.monotonic() + self.election.watch_timeout + WAIT_MARGIN
         while time.monotonic() < end:
-            waiting = self._waiting_id
+            waiting, node = self._waiting_id, self._waiting_client
             if waiting is None:
                 return
-            if int(await self.election.redis.execute_command("CLIENT", "UNBLOCK", waiting)) == 1:
+            if int(await node.execute_command("CLIENT", "UNBLOCK", waiting)) == 1:  # on the wait's node
                 return
             await asyncio.sleep(0.005)  # sent, not blocked yet: try again
 

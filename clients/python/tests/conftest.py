@@ -188,6 +188,28 @@ def tls_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         srv.stop()
 
 
+def _cluster_kinds() -> List[str]:
+    wanted = os.environ.get("DLOCK_PY_CLUSTER_SERVERS", "redis")
+    return [k.strip() for k in wanted.split(",") if k.strip() and k.strip() in _kinds()]
+
+
+@pytest.fixture(scope="session", params=_cluster_kinds())
+def cluster(request: pytest.FixtureRequest) -> Iterator[object]:
+    """A Redis Cluster of three primaries with the module loaded
+    (tests/cluster_support.py), for the whole session; stopped whatever
+    happens. ``DLOCK_PY_CLUSTER_SERVERS`` (default ``redis``) says of which
+    kinds of ``DLOCK_PY_SERVERS``."""
+    from cluster_support import Cluster
+
+    kind = request.param
+    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
+    running = Cluster(binary, kind)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 @pytest.fixture
 def r(server: Server) -> Iterator[redis.Redis]:
     client = server.client()

@@ -146,6 +146,44 @@ def test_close_unblocks_a_waiting_observer(server, r, key):
     leadership.resign()
 
 
+def test_close_as_the_next_wait_begins_ends_it(server, r, key):
+    """close() right after an item, while the iterating thread is starting
+    its next DLOCK.WATCH (before the wait's CLIENT ID is known), ends that
+    wait at once, not after watch_timeout."""
+    require(server, "DLOCK.WATCH")
+    for round_ in range(20):
+        observer = dlock.Election(r, f"{key}:{round_}", watch_timeout=60).observe()
+        first = threading.Event()
+
+        def iterate():
+            for _ in observer:
+                first.set()
+
+        thread, _result = in_thread(iterate)
+        assert first.wait(10)
+        observer.close()
+        thread.join(5)
+        assert not thread.is_alive(), f"round {round_}: the wait outlived close()"
+    wait_until(lambda: blocked_clients(r) == 0, what="no wait left")
+
+    async def main():
+        client = redis.asyncio.Redis(port=server.port)
+        try:
+            for round_ in range(20):
+                observer = dlock.asyncio.Election(client, f"{key}:a{round_}", watch_timeout=60).observe()
+                assert await observer.__anext__() is None
+                task = asyncio.ensure_future(observer.__anext__())
+                await asyncio.sleep(0)  # the next wait begins: its CLIENT ID not read yet
+                await observer.aclose()
+                with pytest.raises(StopAsyncIteration):
+                    await asyncio.wait_for(task, 5)
+        finally:
+            await client.aclose() if hasattr(client, "aclose") else await client.close()
+
+    asyncio.run(main())
+    wait_until(lambda: blocked_clients(r) == 0, what="no wait left")
+
+
 def test_a_deleted_key_ends_the_leadership(server, r, key):
     election = dlock.Election(r, key, watchdog_timeout=0.3)
     leadership = election.campaign("host-a")

@@ -12,7 +12,10 @@ workers, ``serve_as_leader`` ends the term, ``route_to`` ends the
 observation). A block with top-level ``await`` runs in a coroutine.
 
 A marker comment on the line before a fence, ``<!-- snippet: skip
-REASON -->``, leaves a block out, saying why."""
+REASON -->``, leaves a block out, saying why; ``<!-- snippet: cluster
+... -->`` marks a block for a Redis Cluster, run (in its document's order,
+in a namespace of its own) against the ``cluster`` fixture's three
+primaries instead."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import pytest
 from conftest import REPO
 
 SKIP = re.compile(r"<!--\s*snippet:\s*skip\b(.*?)-->")
+CLUSTER = re.compile(r"<!--\s*snippet:\s*cluster\b")
 
 
 def blocks(text: str, language: str) -> List[Tuple[int, str, str]]:
@@ -43,7 +47,10 @@ def blocks(text: str, language: str) -> List[Tuple[int, str, str]]:
             while lines[end].strip() != "```":
                 end += 1
             marker = SKIP.search(lines[index - 1]) if index > 0 else None
-            found.append((start, "\n".join(lines[start:end]), marker.group(1).strip() if marker else ""))
+            skip = marker.group(1).strip() if marker else ""
+            if index > 0 and CLUSTER.search(lines[index - 1]):
+                skip = "cluster"  # run by test_cluster_blocks_run
+            found.append((start, "\n".join(lines[start:end]), skip))
             index = end
         index += 1
     return found
@@ -166,6 +173,34 @@ def test_python_blocks_run(server, document):
                 pass
         client.close()
     assert ran > 0
+
+
+@pytest.mark.parametrize("document", documents(), ids=lambda d: d[0])
+def test_cluster_blocks_run(cluster, document):
+    """The blocks marked ``snippet: cluster``, against a Redis Cluster
+    (``port=6379`` becomes one of its nodes)."""
+    name, found = document
+    client = cluster.client()
+    namespace: Dict[str, Any] = {"__name__": "__snippet__", **stubs(client)}
+    ran = 0
+    try:
+        for line, code, skip in found:
+            if skip != "cluster":
+                continue
+            run_block(localise(textwrap.dedent(code), cluster.nodes[0].port), namespace, f"{name}:{line + 1}")
+            ran += 1
+    finally:
+        for value in list(namespace.values()):
+            if type(value).__module__.startswith("redis"):
+                close = getattr(value, "aclose", None) or getattr(value, "close", None)
+                try:
+                    result = close() if callable(close) else None
+                    if asyncio.iscoroutine(result):
+                        asyncio.run(result)
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+        client.close()
+    assert ran > 0, f"{name}: no cluster block"
 
 
 def test_a_block_that_fails_fails_the_suite(server):
