@@ -1,12 +1,12 @@
 # The Python client (clients/python/, docs/clients.md#python): a virtual environment
 # under target/ with the package and its test extras, then pytest against
 # redis-server and Valkey (servers started by clients/python/tests/conftest.py).
-# The venv takes today's newest redis-py (pyproject says redis>=5); the
-# oldest supported, redis-py 5.0.0, goes to a directory put first on
+# The venv takes today's newest redis-py (pyproject says redis>=5.0.1); the
+# oldest supported, redis-py 5.0.1, goes to a directory put first on
 # PYTHONPATH for a second, short run: the conformance scenarios and the
 # snippets on Redis 7.0 (the compatibility table of clients/python/README.md).
 PYVENV := target/python-venv
-PYREDIS_OLDEST := 5.0.0
+PYREDIS_OLDEST := 5.0.1
 PYREDIS_OLD := target/python-redis$(PYREDIS_OLDEST)
 .PHONY: python-test
 CLIENT_SUITES += python-test
