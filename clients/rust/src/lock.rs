@@ -9,7 +9,7 @@ use redis::{Cmd, Pipeline, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::conn::{Blocking, Dedicated, Late};
+use crate::conn::{Blocking, Caller, Dedicated, Late};
 use crate::watchdog::{judge, worse, HoldState, Renewed, Watch};
 use crate::{Client, Error, Result};
 
@@ -294,13 +294,12 @@ impl LockBuilder {
         let runtime = self.client.inner.runtime.clone();
         // The request runs in a task of its own, so that a cancelled caller
         // never leaves it half-done: the task unblocks the wait, and a
-        // guard it cannot deliver is dropped, which releases it.
+        // guard it cannot deliver is dropped, which releases it. The task
+        // answers as soon as it knows the answer and cleans up afterwards
+        // (R4.7): a stalled server delays the clean-up, not the caller.
         runtime.spawn(async move {
-            let mut sender = sender;
-            let result = self.run(&mut sender).await;
-            if let Some(result) = result {
-                let _ = sender.send(result);
-            }
+            let caller = Caller::new(sender);
+            self.run(&caller).await;
         });
         match receiver.await {
             Ok(result) => result,
@@ -326,10 +325,16 @@ impl LockBuilder {
         };
         let sent = Instant::now();
         let reply = self.client.inner.shared.run(self.first_key(), &cmd).await;
-        if let Err(error) = &reply {
-            settle_unanswered(&self.client, &self.keys, &owner, self.shared, error).await;
-        }
         in_flight.client = None;
+        if let Err(error) = &reply {
+            // R5.3 in the background (R4.7): on a stalled server the
+            // release waits as long as the acquire did.
+            let (client, keys, shared) = (self.client.clone(), self.keys.clone(), self.shared);
+            let (owner, error) = (owner.clone(), error.clone());
+            self.client.inner.runtime.spawn(async move {
+                settle_unanswered(&client, &keys, &owner, shared, &error).await;
+            });
+        }
         reply
             .map_err(Error::from)
             .and_then(|value| self.granted(value, &owner, sent, None))
@@ -446,11 +451,14 @@ impl LockBuilder {
         cmd
     }
 
-    /// Runs the request; None when the caller went away (nothing to send).
-    async fn run(self, caller: &mut oneshot::Sender<Result<Guard>>) -> Option<Result<Guard>> {
+    /// Runs the request and answers `caller` as soon as the answer is
+    /// known; the clean-up of a timeout, a cancel or a failure without an
+    /// answer follows in this task, after the answer.
+    async fn run(self, caller: &Caller<Result<Guard>>) {
         if let Err(error) = self.check() {
-            return Some(Err(error));
+            return caller.answer(Err(error));
         }
+        let started = Instant::now();
         let owner = match &self.owner {
             Some(owner) => owner.clone(),
             None => uuid::Uuid::new_v4().to_string().into_bytes(),
@@ -463,23 +471,35 @@ impl LockBuilder {
         if !dedicated_needed {
             let sent = Instant::now();
             let reply = inner.shared.run(&key, &cmd).await;
-            if let (Err(error), true) = (&reply, generated_owner) {
-                settle_unanswered(&self.client, &self.keys, &owner, self.shared, error).await;
+            match reply {
+                Ok(value) => caller.answer(self.granted(value, &owner, sent, None)),
+                Err(error) => {
+                    caller.answer(Err(Error::from(error.clone())));
+                    if generated_owner {
+                        settle_unanswered(&self.client, &self.keys, &owner, self.shared, &error)
+                            .await;
+                    }
+                }
             }
-            return Some(
-                reply
-                    .map_err(Error::from)
-                    .and_then(|value| self.granted(value, &owner, sent, None)),
-            );
+            return;
         }
-        let mut conn = match inner.pool.take(&inner.opener, &inner.config, &key).await {
-            Ok(conn) => conn,
-            Err(error) => return Some(Err(error.into())),
-        };
-        let read_timeout = match self.wait {
-            Wait::No => Some(inner.config.wait_margin),
-            Wait::For(wait) => Some(wait + inner.config.wait_margin),
+        // R4.2, R4.6: the whole request, the opening of its connection
+        // included, ends by the wait plus the margin.
+        let deadline = match self.wait {
+            Wait::No => Some(started + inner.config.wait_margin),
+            Wait::For(wait) => Some(started + wait + inner.config.wait_margin),
             Wait::Forever => None,
+        };
+        let taken = inner
+            .pool
+            .take_by(&inner.opener, &inner.config, &key, deadline, caller.gone())
+            .await;
+        let mut conn = match taken {
+            Ok(Some(conn)) => conn,
+            // Nothing was sent: nothing to clean up.
+            Ok(None) => return,
+            Err(None) => return caller.answer(Err(Error::Timeout)),
+            Err(Some(error)) => return caller.answer(Err(error.into())),
         };
         // After CLIENT UNBLOCK this wait can no longer be granted, so
         // releasing a generated owner (this request's alone) then settles a
@@ -495,36 +515,41 @@ impl LockBuilder {
                 inner,
                 &key,
                 &cmd,
-                read_timeout,
-                caller.closed(),
+                deadline,
+                caller.gone(),
+                |timed_out| {
+                    if timed_out {
+                        caller.answer(Err(Error::Timeout));
+                    }
+                },
                 release_generated,
             )
             .await;
         let value = match outcome {
             Blocking::Replied(Ok(value)) => value,
             Blocking::Replied(Err(error)) => {
+                caller.answer(Err(Error::from(error.clone())));
                 // Broken: closed, which also ends a wait still queued on it.
                 inner.pool.give_back(conn);
                 if generated_owner {
                     settle_unanswered(&self.client, &self.keys, &owner, self.shared, &error).await;
                 }
-                return Some(Err(error.into()));
+                return;
             }
-            Blocking::Abandoned { timed_out, late } => {
-                // A generated owner was released right after the unblock
-                // (below). A caller's own owner may also hold the lock
-                // through another guard, so only a grant actually read is
-                // released (a guard made and dropped at once); a grant the
-                // server failed to deliver is left to its lease.
-                if let (Late::Reply(value), false) = (late, generated_owner) {
+            Blocking::Abandoned { late, .. } => {
+                // The caller has its answer (a timeout) or is gone. A
+                // generated owner was released right after the unblock; a
+                // grant read after it is released once more (the request
+                // may have run after the unblock and the release, when a
+                // stall postponed it). A caller's own owner may also hold
+                // the lock through another guard, so only a grant actually
+                // read is released (a guard made and dropped at once); a
+                // grant the server failed to deliver is left to its lease.
+                if let Late::Reply(value) = late {
                     drop(self.granted(value, &owner, sent, None));
                 }
                 inner.pool.give_back(conn);
-                return if timed_out {
-                    Some(Err(Error::Timeout))
-                } else {
-                    None
-                };
+                return;
             }
         };
         // R3.2: the lease of a grant after a wait began when the server
@@ -537,7 +562,7 @@ impl LockBuilder {
             Ok(guard) => guard,
             Err(error) => {
                 inner.pool.give_back(conn);
-                return Some(Err(error));
+                return caller.answer(Err(error));
             }
         };
         if let Some((wanted, timeout)) = self.replicas {
@@ -549,42 +574,35 @@ impl LockBuilder {
             let limit = timeout + inner.config.wait_margin;
             let acked = tokio::select! {
                 reply = conn.run_bounded(&key, &wait, limit) => reply,
-                _ = caller.closed() => {
+                _ = caller.gone() => {
                     // The guard is dropped here, which releases it; the
                     // WAIT may still be running: the connection goes.
                     conn.mark_broken();
-                    return None;
+                    return;
                 }
             };
-            let acked = match acked {
-                Ok(Value::Int(n)) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
-                Ok(other) => {
-                    inner.pool.give_back(conn);
-                    let _ = guard.release().await;
-                    return Some(Err(Error::UnexpectedReply(format!(
-                        "WAIT replied {other:?}"
-                    ))));
+            let failure = match acked {
+                Ok(Value::Int(n)) => {
+                    let acked = u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+                    (acked < wanted).then_some(Error::NotReplicated { wanted, acked })
                 }
-                Err(error) => {
-                    inner.pool.give_back(conn);
-                    let _ = guard.release().await;
-                    return Some(Err(error.into()));
-                }
+                Ok(other) => Some(Error::UnexpectedReply(format!("WAIT replied {other:?}"))),
+                Err(error) => Some(error.into()),
             };
-            if acked < wanted {
+            if let Some(failure) = failure {
                 inner.pool.give_back(conn);
                 let _ = guard.release().await;
-                return Some(Err(Error::NotReplicated { wanted, acked }));
+                return caller.answer(Err(failure));
             }
         }
         if self.session {
             // The hold lives as long as this connection: the guard keeps it.
             let mut guard = guard;
             guard.session_conn = Some(conn);
-            return Some(Ok(guard));
+            return caller.answer(Ok(guard));
         }
         inner.pool.give_back(conn);
-        Some(Ok(guard))
+        caller.answer(Ok(guard))
     }
 
     /// Turns a reply into a guard (watched from now on), or `Busy` for null.
@@ -907,7 +925,29 @@ impl Guard {
                 .arg(ttl_ms);
         }
         let sent = Instant::now();
-        let replies = self.client.inner.shared.pipeline(self.key(), &pipe).await?;
+        let watchdog = &self.client.inner.watchdog;
+        // R4.6: no later than the guard's local deadline, which a renewal
+        // of the watchdog may push back meanwhile. Past it without a reply
+        // the guard is lost, whatever the server does later.
+        let renewal = self.client.inner.shared.pipeline(self.key(), &pipe);
+        tokio::pin!(renewal);
+        let replies = loop {
+            let Some(deadline) = watchdog.deadline(self.watch_id) else {
+                self.hold.mark_lost();
+                return Err(Error::Lost);
+            };
+            if let Ok(replies) = tokio::time::timeout_at(deadline, &mut renewal).await {
+                break replies?;
+            }
+            if watchdog
+                .deadline(self.watch_id)
+                .is_none_or(|deadline| deadline <= Instant::now())
+            {
+                watchdog.lost(self.watch_id);
+                self.hold.mark_lost();
+                return Err(Error::Lost);
+            }
+        };
         let mut outcome = Renewed::Yes;
         let mut refusal = None;
         for (index, reply) in replies.into_iter().enumerate() {
@@ -921,7 +961,6 @@ impl Guard {
             }
             outcome = worse(outcome, judge(Some(reply), self.tokens.get(index).copied()));
         }
-        let watchdog = &self.client.inner.watchdog;
         match outcome {
             Renewed::Lost => {
                 watchdog.lost(self.watch_id);

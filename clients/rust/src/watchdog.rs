@@ -178,6 +178,12 @@ impl Watchdog {
         }
     }
 
+    /// The guard's local deadline (R3.2), or None when it is no longer
+    /// watched (lost, or released).
+    pub(crate) fn deadline(&self, id: u64) -> Option<Instant> {
+        self.table().get(&id).map(|entry| entry.deadline)
+    }
+
     /// A renewal by hand found the hold gone: the guard is lost.
     pub(crate) fn lost(&self, id: u64) {
         if let Some(entry) = self.table().remove(&id) {
