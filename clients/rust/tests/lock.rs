@@ -437,6 +437,130 @@ async fn a_cancelled_blocked_acquire_leaves_no_waiter_and_no_hold() {
     }
 }
 
+/// How a caller gives up a waiting acquire, the three ways of Rust.
+#[derive(Clone, Copy, Debug)]
+enum Cancel {
+    /// The future is dropped (a lost `select!`).
+    Drop,
+    /// `tokio::time::timeout` around the acquire runs out.
+    Timeout,
+    /// The task that awaits it is aborted.
+    Abort,
+}
+
+/// R4.4, 50-fold for each way of cancelling: the holder's release (a grant
+/// to the waiter) races the cancel, with the order and the gap between
+/// them varied; whichever wins, once the dust settles nothing is held and
+/// nothing is queued (a grant that won is released by the client, or by
+/// the caller that got it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_a_grant_leaves_nothing_50_times_each_way() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let dlock = client_of(&server).await;
+    let mut grants_won = 0;
+    for how in [Cancel::Drop, Cancel::Timeout, Cancel::Abort] {
+        for round in 0..50u64 {
+            let key = format!("race:{how:?}:{round}");
+            common::acquire(&mut conn, &key, "holder", 30_000).unwrap();
+            let mut request = dlock.lock(&key);
+            request = if round % 2 == 0 {
+                request.wait_forever()
+            } else {
+                request.wait(Duration::from_secs(10))
+            };
+            let gap = Duration::from_micros((round % 5) * 300);
+            let release_first = round % 4 < 2;
+            let queued = |conn: &mut common::Connection| common::waiting(conn, &key) == 1;
+            let granted = match how {
+                Cancel::Drop => {
+                    let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+                    let attempt = tokio::spawn(async move {
+                        tokio::select! {
+                            granted = request.acquire() => Some(granted),
+                            _ = cancelled => None,
+                        }
+                    });
+                    eventually("the acquire waits", Duration::from_secs(5), || {
+                        queued(&mut conn)
+                    })
+                    .await;
+                    if release_first {
+                        common::release(&mut conn, &key, "holder");
+                        tokio::time::sleep(gap).await;
+                        let _ = cancel.send(());
+                    } else {
+                        let _ = cancel.send(());
+                        tokio::time::sleep(gap).await;
+                        common::release(&mut conn, &key, "holder");
+                    }
+                    attempt.await.unwrap()
+                }
+                Cancel::Timeout => {
+                    // The timeout runs out `gap` after (or before) the
+                    // holder's release. On a loaded machine the acquire
+                    // may not be queued by then: a round without a race.
+                    let runs_out = tokio::time::Instant::now() + Duration::from_millis(50);
+                    let attempt =
+                        tokio::spawn(tokio::time::timeout_at(runs_out, request.acquire()));
+                    eventually("the acquire waits", Duration::from_secs(5), || {
+                        queued(&mut conn) || tokio::time::Instant::now() >= runs_out
+                    })
+                    .await;
+                    let release_at = if release_first {
+                        runs_out.checked_sub(gap).unwrap_or(runs_out)
+                    } else {
+                        runs_out + gap
+                    };
+                    tokio::time::sleep_until(release_at).await;
+                    common::release(&mut conn, &key, "holder");
+                    attempt.await.unwrap().ok()
+                }
+                Cancel::Abort => {
+                    let attempt = tokio::spawn(request.acquire());
+                    eventually("the acquire waits", Duration::from_secs(5), || {
+                        queued(&mut conn)
+                    })
+                    .await;
+                    if release_first {
+                        common::release(&mut conn, &key, "holder");
+                        tokio::time::sleep(gap).await;
+                        attempt.abort();
+                    } else {
+                        attempt.abort();
+                        tokio::time::sleep(gap).await;
+                        common::release(&mut conn, &key, "holder");
+                    }
+                    attempt.await.ok()
+                }
+            };
+            if let Some(granted) = granted {
+                // The grant won: the caller has a guard and drops it.
+                drop(granted.unwrap());
+                grants_won += 1;
+            }
+            let mut last = None;
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                last = common::info(&mut conn, &key);
+                if last.is_none() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            assert!(
+                last.is_none(),
+                "{how:?}, round {round}: still held or queued: {last:?}"
+            );
+        }
+    }
+    eventually("no blocked client left", Duration::from_secs(3), || {
+        common::info_field(&mut conn, "dlock", "dlock_blocked_clients") == "0"
+    })
+    .await;
+    eprintln!("cancel races: the grant won {grants_won} of 150");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_acquire_does_not_delay_renewals() {
     let server = Server::start();
