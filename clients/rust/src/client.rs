@@ -194,6 +194,10 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) runtime: tokio::runtime::Handle,
+    /// The owner of the last refused no-wait fair request per key, taken
+    /// by the next one without an owner of its own, so that a poller
+    /// keeps its reservation (R8); see [`LockBuilder::fair`].
+    pub(crate) fair_owners: std::sync::Mutex<std::collections::HashMap<Vec<u8>, Vec<u8>>>,
 }
 
 impl Drop for Inner {
@@ -305,6 +309,7 @@ impl Client {
                 config,
                 watchdog,
                 runtime,
+                fair_owners: Default::default(),
             }),
         })
     }

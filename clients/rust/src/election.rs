@@ -331,7 +331,8 @@ impl Election {
         runtime.spawn(async move {
             let caller = Caller::new(sender);
             let inner = &client.inner;
-            let deadline = Some(Instant::now() + wait + inner.config.wait_margin);
+            let deadline =
+                Instant::now().checked_add(wait.saturating_add(inner.config.wait_margin));
             let taken = inner
                 .pool
                 .take_by(&inner.opener, &inner.config, &key, deadline, caller.gone())

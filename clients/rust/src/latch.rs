@@ -9,6 +9,9 @@ use tokio::time::Instant;
 use crate::conn::{Blocking, Caller};
 use crate::{Client, Error, Result};
 
+/// The largest count and ttl (ms) of a latch: 2^53-1, as the server's.
+const MAX_SAFE: u64 = (1 << 53) - 1;
+
 /// A count-down latch (`DLOCK.LATCH`, `DLOCK.COUNTDOWN`, `DLOCK.AWAIT`):
 /// created with a count, opened when counted down to zero, which wakes every
 /// waiter at once and deletes the key. Made by [`Client::latch`].
@@ -81,6 +84,12 @@ impl Latch {
         if count == 0 || ttl_ms == 0 {
             return Err(Error::InvalidArgument(
                 "a latch needs a count and a ttl of at least 1".into(),
+            ));
+        }
+        // R9.2: refused here, before anything is sent, as the server would.
+        if count > MAX_SAFE || ttl_ms > MAX_SAFE {
+            return Err(Error::InvalidArgument(
+                "a latch's count and ttl (in ms) are at most 2^53-1".into(),
             ));
         }
         let mut cmd = redis::cmd("DLOCK.LATCH");
@@ -206,7 +215,9 @@ impl Latch {
         runtime.spawn(async move {
             let caller = Caller::new(sender);
             let inner = &client.inner;
-            let deadline = timeout.map(|t| Instant::now() + t + inner.config.wait_margin);
+            let deadline = timeout.and_then(|t| {
+                Instant::now().checked_add(t.saturating_add(inner.config.wait_margin))
+            });
             let taken = inner
                 .pool
                 .take_by(&inner.opener, &inner.config, &key, deadline, caller.gone())

@@ -140,8 +140,12 @@ impl LockBuilder {
 
     /// Asks with `DLOCK.FAIR`: with a wait, the same as a plain wait; without
     /// one, a refused request leaves a reservation that keeps this owner's
-    /// place in the queue for `dlock.fair-reservation-ms` (useful with a
-    /// fixed [`owner`](LockBuilder::owner) that polls). Not for multi-locks.
+    /// place in the queue for `dlock.fair-reservation-ms`. A poller keeps
+    /// its place (R8): the next no-wait fair request for the same key
+    /// through the same [`Client`] without an [`owner`](LockBuilder::owner)
+    /// asks again under the refused request's owner (an owner is never
+    /// reused once granted, nor by two requests at once). Not for
+    /// multi-locks.
     ///
     /// ```no_run
     /// # async fn demo(dlock: dlock_client::Client) -> dlock_client::Result<()> {
@@ -315,7 +319,12 @@ impl LockBuilder {
     /// follows it on the same connection, so a grant cannot outlive it.
     async fn acquire_at_once(self) -> Result<Guard> {
         self.check()?;
-        let owner = uuid::Uuid::new_v4().to_string().into_bytes();
+        let fair_poll = self.fair && !self.multi;
+        let owner = match fair_poll {
+            true => self.take_fair_owner(),
+            false => None,
+        }
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string().into_bytes());
         let cmd = self.command(&owner, self.ttl_ms());
         let mut in_flight = InFlight {
             client: Some(self.client.clone()),
@@ -326,6 +335,10 @@ impl LockBuilder {
         let sent = Instant::now();
         let reply = self.client.inner.shared.run(self.first_key(), &cmd).await;
         in_flight.client = None;
+        if fair_poll && matches!(reply, Ok(Value::Nil)) {
+            // Refused: a reservation now keeps this owner's place.
+            self.keep_fair_owner(owner.clone());
+        }
         if let Err(error) = &reply {
             // R5.3 in the background (R4.7): on a stalled server the
             // release waits as long as the acquire did.
@@ -338,6 +351,34 @@ impl LockBuilder {
         reply
             .map_err(Error::from)
             .and_then(|value| self.granted(value, &owner, sent, None))
+    }
+
+    /// The owner a refused fair poll of this key left, taken for this one.
+    fn take_fair_owner(&self) -> Option<Vec<u8>> {
+        let mut owners = self
+            .client
+            .inner
+            .fair_owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        owners.remove(self.first_key())
+    }
+
+    /// Keeps a refused fair poll's owner for the next poll of the key.
+    fn keep_fair_owner(&self, owner: Vec<u8>) {
+        /// Keys remembered at most: a reservation ends within seconds
+        /// anyway, and an owner whose reservation ended is just a new one.
+        const KEPT_MAX: usize = 1024;
+        let mut owners = self
+            .client
+            .inner
+            .fair_owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if owners.len() >= KEPT_MAX {
+            owners.clear();
+        }
+        owners.insert(self.first_key().to_vec(), owner);
     }
 
     /// The key a single-key command acts on, and that routes a multi-key
@@ -485,9 +526,10 @@ impl LockBuilder {
         }
         // R4.2, R4.6: the whole request, the opening of its connection
         // included, ends by the wait plus the margin.
+        // (A wait too long for the clock has no deadline: it is forever.)
         let deadline = match self.wait {
-            Wait::No => Some(started + inner.config.wait_margin),
-            Wait::For(wait) => Some(started + wait + inner.config.wait_margin),
+            Wait::No => started.checked_add(inner.config.wait_margin),
+            Wait::For(wait) => started.checked_add(wait.saturating_add(inner.config.wait_margin)),
             Wait::Forever => None,
         };
         let taken = inner

@@ -437,6 +437,81 @@ async fn a_cancelled_blocked_acquire_leaves_no_waiter_and_no_hold() {
     }
 }
 
+/// R8: a fair poller keeps its place. Each no-wait fair request without
+/// an owner of its own (a new builder each time, as a polling loop writes
+/// it) asks under the owner of the refused one before it, so its
+/// reservation, not another poller's, takes the lock once it is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_poller_keeps_its_place_across_tries() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let poller = client_of(&server).await;
+    let other = client_of(&server).await;
+    common::acquire(&mut conn, "fair", "holder", 30_000).unwrap();
+    // The poller's first try reserves the head of the queue, the other
+    // client's the place behind it.
+    assert!(matches!(
+        poller.lock("fair").fair().acquire().await,
+        Err(Error::Busy)
+    ));
+    assert!(matches!(
+        other.lock("fair").fair().acquire().await,
+        Err(Error::Busy)
+    ));
+    let reserved = common::queue(&mut conn, "fair");
+    assert_eq!(reserved.len(), 2, "two reservations: {reserved:?}");
+    // A second try while held: still one place, the poller's own.
+    assert!(matches!(
+        poller.lock("fair").fair().acquire().await,
+        Err(Error::Busy)
+    ));
+    assert_eq!(common::queue(&mut conn, "fair"), reserved);
+    common::release(&mut conn, "fair", "holder");
+    // Free, with the poller's reservation at the head: the other client is
+    // refused and the poller's next try is granted, under its reserved owner.
+    assert!(matches!(
+        other.lock("fair").fair().acquire().await,
+        Err(Error::Busy)
+    ));
+    let guard = poller.lock("fair").fair().acquire().await.unwrap();
+    assert_eq!(guard.owner(), reserved[0].as_bytes());
+    guard.release().await.unwrap();
+    // A granted owner is never reused: the next poll asks under a new one.
+    let next = poller.lock("fair").fair().acquire().await;
+    // (The other client's reservation heads the queue now.)
+    assert!(matches!(next, Err(Error::Busy)), "{next:?}");
+    let queue = common::queue(&mut conn, "fair");
+    assert!(
+        !queue.contains(&reserved[0]),
+        "the granted owner is not reused: {queue:?}"
+    );
+}
+
+/// A wait too long for the clock (`Duration::MAX`) is a wait without end,
+/// not a panic of the acquiring task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_of_duration_max_is_a_wait_without_end() {
+    let server = Server::start();
+    let dlock = client_of(&server).await;
+    let guard = dlock
+        .lock("long")
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let dlock = dlock.clone();
+        async move { dlock.lock("long").wait(Duration::MAX).acquire().await }
+    });
+    let mut conn = server.connect();
+    eventually("the second waits", Duration::from_secs(5), || {
+        common::waiting(&mut conn, "long") == 1
+    })
+    .await;
+    guard.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+}
+
 /// How a caller gives up a waiting acquire, the three ways of Rust.
 #[derive(Clone, Copy, Debug)]
 enum Cancel {
