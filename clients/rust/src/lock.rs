@@ -46,7 +46,8 @@ enum Wait {
 #[must_use = "a lock request does nothing until acquire() is awaited"]
 pub struct LockBuilder {
     client: Client,
-    keys: Vec<Vec<u8>>,
+    /// Shared with the guards it grants (no copy per acquire).
+    keys: Arc<[Vec<u8>]>,
     multi: bool,
     lease: Duration,
     wait: Wait,
@@ -72,7 +73,7 @@ impl LockBuilder {
         self
     }
 
-    pub(crate) fn new(client: Client, keys: Vec<Vec<u8>>, multi: bool) -> LockBuilder {
+    pub(crate) fn new(client: Client, keys: Arc<[Vec<u8>]>, multi: bool) -> LockBuilder {
         LockBuilder {
             client,
             keys,
@@ -324,7 +325,7 @@ impl LockBuilder {
             true => self.take_fair_owner(),
             false => None,
         }
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string().into_bytes());
+        .unwrap_or_else(generated_owner);
         let cmd = self.command(&owner, self.ttl_ms());
         let mut in_flight = InFlight {
             client: Some(self.client.clone()),
@@ -348,13 +349,14 @@ impl LockBuilder {
                 settle_unanswered(&client, &keys, &owner, shared, &error).await;
             });
         }
+        drop(in_flight);
         reply
             .map_err(Error::from)
-            .and_then(|value| self.granted(value, &owner, sent, None))
+            .and_then(|value| self.granted(value, owner, sent, None))
     }
 
     /// The owner a refused fair poll of this key left, taken for this one.
-    fn take_fair_owner(&self) -> Option<Vec<u8>> {
+    fn take_fair_owner(&self) -> Option<Arc<[u8]>> {
         let mut owners = self
             .client
             .inner
@@ -365,7 +367,7 @@ impl LockBuilder {
     }
 
     /// Keeps a refused fair poll's owner for the next poll of the key.
-    fn keep_fair_owner(&self, owner: Vec<u8>) {
+    fn keep_fair_owner(&self, owner: Arc<[u8]>) {
         /// Keys remembered at most: a reservation ends within seconds
         /// anyway, and an owner whose reservation ended is just a new one.
         const KEPT_MAX: usize = 1024;
@@ -453,7 +455,7 @@ impl LockBuilder {
         let mut cmd = if self.multi {
             let mut cmd = redis::cmd("DLOCK.MACQUIRE");
             cmd.arg(self.keys.len());
-            for key in &self.keys {
+            for key in self.keys.iter() {
                 cmd.arg(key.as_slice());
             }
             cmd
@@ -501,8 +503,8 @@ impl LockBuilder {
         }
         let started = Instant::now();
         let owner = match &self.owner {
-            Some(owner) => owner.clone(),
-            None => uuid::Uuid::new_v4().to_string().into_bytes(),
+            Some(owner) => Arc::from(owner.as_slice()),
+            None => generated_owner(),
         };
         let cmd = self.command(&owner, self.ttl_ms());
         let inner = &self.client.inner;
@@ -513,7 +515,7 @@ impl LockBuilder {
             let sent = Instant::now();
             let reply = inner.shared.run(&key, &cmd).await;
             match reply {
-                Ok(value) => caller.answer(self.granted(value, &owner, sent, None)),
+                Ok(value) => caller.answer(self.granted(value, owner.clone(), sent, None)),
                 Err(error) => {
                     caller.answer(Err(Error::from(error.clone())));
                     if generated_owner {
@@ -588,7 +590,7 @@ impl LockBuilder {
                 // read is released (a guard made and dropped at once); a
                 // grant the server failed to deliver is left to its lease.
                 if let Late::Reply(value) = late {
-                    drop(self.granted(value, &owner, sent, None));
+                    drop(self.granted(value, owner.clone(), sent, None));
                 }
                 inner.pool.give_back(conn);
                 return;
@@ -600,7 +602,7 @@ impl LockBuilder {
         // wait was sent (a wait longer than the lease would otherwise make
         // the guard lost at once).
         let granted_at = Instant::now();
-        let guard = match self.granted(value, &owner, granted_at, None) {
+        let guard = match self.granted(value, owner.clone(), granted_at, None) {
             Ok(guard) => guard,
             Err(error) => {
                 inner.pool.give_back(conn);
@@ -648,14 +650,16 @@ impl LockBuilder {
     }
 
     /// Turns a reply into a guard (watched from now on), or `Busy` for null.
+    /// (No allocation here beyond the guard's own state: the keys are
+    /// shared with the builder, the owner moved in, one token list.)
     fn granted(
         &self,
         reply: Value,
-        owner: &[u8],
+        owner: Arc<[u8]>,
         sent: Instant,
         session_conn: Option<Dedicated>,
     ) -> Result<Guard> {
-        let grants: Vec<(i64, i64)> = match reply {
+        let (tokens, holds): (Arc<[u64]>, i64) = match reply {
             Value::Nil => return Err(Error::Busy),
             Value::ServerError(error) => {
                 return Err(Error::from_server(
@@ -664,32 +668,38 @@ impl LockBuilder {
                 ))
             }
             Value::Array(items) if self.multi => {
-                let mut grants = Vec::with_capacity(items.len());
-                for item in items {
-                    grants.push(parse_grant(item)?);
+                let mut tokens = Vec::with_capacity(items.len());
+                let mut first_holds = 0;
+                for (index, item) in items.into_iter().enumerate() {
+                    let (token, holds) = parse_grant(item)?;
+                    if index == 0 {
+                        first_holds = holds;
+                    }
+                    tokens.push(token as u64);
                 }
-                grants
+                (Arc::from(tokens), first_holds)
             }
-            single => vec![parse_grant(single)?],
+            single => {
+                let (token, holds) = parse_grant(single)?;
+                (Arc::from([token as u64]), holds)
+            }
         };
-        if grants.len() != self.keys.len() {
+        if tokens.len() != self.keys.len() {
             return Err(Error::UnexpectedReply(format!(
                 "{} grants for {} keys",
-                grants.len(),
+                tokens.len(),
                 self.keys.len()
             )));
         }
         let inner = &self.client.inner;
         let hold = HoldState::new();
-        let keys = Arc::new(self.keys.clone());
-        let owner = Arc::new(owner.to_vec());
+        let keys = self.keys.clone();
         let period = self
             .renew_every
             .unwrap_or_else(|| inner.config.renew_period(self.lease));
-        let tokens: Vec<u64> = grants.iter().map(|(token, _)| *token as u64).collect();
         let watch_id = inner.watchdog.watch(Watch {
             keys: keys.clone(),
-            tokens: Arc::new(tokens.clone()),
+            tokens: tokens.clone(),
             owner: owner.clone(),
             lease: self.lease,
             margin: inner.config.margin_for(self.lease),
@@ -701,7 +711,7 @@ impl LockBuilder {
             client: self.client.clone(),
             keys,
             tokens,
-            holds: grants.first().map(|(_, holds)| *holds as u64).unwrap_or(0),
+            holds: holds as u64,
             owner,
             shared: self.shared,
             weight: self.weight.unwrap_or(1),
@@ -711,6 +721,14 @@ impl LockBuilder {
             session_conn,
         })
     }
+}
+
+/// A new owner: a UUID v4 in its 36-character text form, formatted on the
+/// stack (no `fmt` machinery, one allocation).
+fn generated_owner() -> Arc<[u8]> {
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+    Arc::from(&text[..])
 }
 
 /// An immediate acquire whose reply has not come yet: dropped with a client
@@ -769,10 +787,10 @@ fn parse_grant(value: Value) -> Result<(i64, i64)> {
 /// ```
 pub struct Guard {
     client: Client,
-    keys: Arc<Vec<Vec<u8>>>,
-    tokens: Vec<u64>,
+    keys: Arc<[Vec<u8>]>,
+    tokens: Arc<[u64]>,
     holds: u64,
-    owner: Arc<Vec<u8>>,
+    owner: Arc<[u8]>,
     shared: bool,
     weight: u32,
     lease: Duration,
@@ -963,7 +981,7 @@ impl Guard {
         for key in self.keys.iter() {
             pipe.cmd("DLOCK.RENEW")
                 .arg(key.as_slice())
-                .arg(self.owner.as_slice())
+                .arg(&*self.owner)
                 .arg(ttl_ms);
         }
         let sent = Instant::now();
@@ -1076,22 +1094,30 @@ impl Drop for Guard {
 /// pipeline: in a Cluster, a redirection can hit some of them and not
 /// others, and only those are sent again.
 async fn send_release(client: &Client, keys: &[Vec<u8>], owner: &[u8], shared: bool) -> Result<()> {
-    let releases = keys.iter().map(|key| async move {
-        let mut cmd = redis::cmd("DLOCK.RELEASE");
-        cmd.arg(key.as_slice()).arg(owner);
-        if shared {
-            cmd.arg("SHARED");
-        }
-        match client.inner.shared.run(key, &cmd).await? {
-            Value::ServerError(error) => Err(Error::from_server(
-                error.code(),
-                error.details().unwrap_or(""),
-            )),
-            _ => Ok(()),
-        }
-    });
+    if let [key] = keys {
+        // One key (the common case): no join of futures to allocate.
+        return release_one(client, key, owner, shared).await;
+    }
+    let releases = keys
+        .iter()
+        .map(|key| release_one(client, key, owner, shared));
     let results = futures_util::future::join_all(releases).await;
     results.into_iter().collect()
+}
+
+async fn release_one(client: &Client, key: &[u8], owner: &[u8], shared: bool) -> Result<()> {
+    let mut cmd = redis::cmd("DLOCK.RELEASE");
+    cmd.arg(key).arg(owner);
+    if shared {
+        cmd.arg("SHARED");
+    }
+    match client.inner.shared.run(key, &cmd).await? {
+        Value::ServerError(error) => Err(Error::from_server(
+            error.code(),
+            error.details().unwrap_or(""),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// R5.3: an acquire that failed without an answer may have been granted;
