@@ -19,6 +19,23 @@ fn millis(duration: Duration) -> u128 {
     duration.as_millis()
 }
 
+/// The margin a bounded wait gets on top of its length before the server
+/// counts as not answering: the client's `wait_margin` (docs/clients.md
+/// R4.2, 2 s).
+const WAIT_MARGIN: Duration = Duration::from_secs(2);
+
+/// The failure when a stalled server (paused, frozen, a long fork) has not
+/// answered by the bound of a bounded request (R4.6): exit 69.
+fn stalled(target: &Target, bound: Duration) -> Failure {
+    Failure::new(
+        code::UNAVAILABLE,
+        format!(
+            "the server at {} did not answer within {bound:?} (the wait plus {WAIT_MARGIN:?}): is it stalled?",
+            target.shown()
+        ),
+    )
+}
+
 fn check_ttl(ttl: Duration) -> Result<(), Failure> {
     if ttl < Duration::from_millis(1) {
         return Err(Failure::usage("--ttl must be at least 1ms"));
@@ -30,7 +47,28 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
     check_ttl(args.ttl)?;
     let mut signals = Signals::catch()?;
     let target = connect::resolve(connection).await?;
-    let client = connect::client(&target).await?;
+    // R4.6: with a bounded wait (or none), a stalled server never holds
+    // dlock past the wait plus the margin, connecting included: the
+    // client's own bounds start with each of its calls, and connecting
+    // alone has a 5 s timeout.
+    let waits = !args.no_wait && args.wait.is_none_or(|wait| !wait.is_zero());
+    let bound = match (waits, args.wait) {
+        (false, _) => Some(WAIT_MARGIN),
+        (true, Some(wait)) => Some(wait + WAIT_MARGIN),
+        (true, None) => None,
+    };
+    let deadline = bound.map(|bound| tokio::time::Instant::now() + bound);
+    let within = |deadline: Option<tokio::time::Instant>| async move {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
+    let client = tokio::select! {
+        client = connect::client(&target) => client?,
+        () = within(deadline) => return Err(stalled(&target, bound.unwrap_or_default())),
+        signal = signals.recv() => return Ok(killed_by(signal)),
+    };
     let mut request = client.lock(&args.key).lease(args.ttl);
     if args.shared {
         request = request.shared();
@@ -51,7 +89,6 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
         request = request.owner(owner);
     }
     let immediate = request.clone();
-    let waits = !args.no_wait && args.wait.is_none_or(|wait| !wait.is_zero());
     request = match (args.no_wait, args.wait) {
         (true, _) => request,
         (false, Some(wait)) if wait.is_zero() => request,
@@ -83,6 +120,10 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
             Err(Error::InvalidArgument(what)) => return Err(Failure::usage(what)),
             Err(error) => return Err(connect::refused(&target, Some(&args.key), &error)),
         },
+        // Dropping the request cancels it (its clean-up runs in the
+        // background, and the server drops a waiter whose connection
+        // closes when dlock exits).
+        () = within(deadline) => return Err(stalled(&target, bound.unwrap_or_default())),
         signal = signals.recv() => return Ok(killed_by(signal)),
     };
     let env = vec![

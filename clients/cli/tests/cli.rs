@@ -1360,3 +1360,48 @@ fn run_connects_over_tls_with_a_rediss_url() {
         .expect("the child printed its token");
     assert!(token > 0);
 }
+
+/// R4.6 for the shell: `dlock run --wait 1s` against a stalled server
+/// (`CLIENT PAUSE` of 5 s, longer than the wait: the connection's
+/// handshake and every command wait for its end) exits 69 or 75 by the
+/// wait plus the client's 2 s margin, not when the pause ends; the held
+/// lock is untouched afterwards and no waiter is left.
+#[test]
+fn run_against_a_stalled_server_exits_by_the_wait_plus_the_margin() {
+    let server = Server::start();
+    let mut conn = common::connect_port(server.port, Duration::from_secs(30));
+    common::acquire(&mut conn, "stalled", "holder", 30_000).expect("hold the key");
+    cmd(&mut conn, &["CLIENT", "PAUSE", "5000", "ALL"]).expect("CLIENT PAUSE");
+    let started = Instant::now();
+    let child = dlock(&server)
+        .args(["run", "stalled", "--wait", "1s", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dlock run");
+    let out = wait_output(child, Duration::from_secs(20));
+    let took = started.elapsed();
+    let code = code_of(&out);
+    assert!(
+        code == 69 || code == 75,
+        "exit 69 or 75, not {code}: {}",
+        stderr_of(&out)
+    );
+    // The wait (1 s) plus the margin (2 s), plus slack for a loaded machine:
+    // still well before the pause ends.
+    assert!(
+        took < Duration::from_millis(4_500),
+        "exited after {took:?}: {}",
+        stderr_of(&out)
+    );
+    eventually(
+        "the pause over, nothing queued",
+        Duration::from_secs(10),
+        || common::info_int(&mut conn, "stalled", "waiting") == 0,
+    );
+    assert_eq!(
+        common::info_owner(&mut conn, "stalled").as_deref(),
+        Some(&b"holder"[..])
+    );
+}

@@ -4,6 +4,9 @@
 //! 1. acquire + release through the client against the same two commands
 //!    sent raw with the redis crate on one multiplexed connection, 4 tasks on
 //!    distinct keys; goal: the client at least 0.9x the raw rate;
+//!    also the heap allocations per pair, client and raw, counted by the
+//!    process's allocator over sequential pairs (the same on a loaded
+//!    machine as on an idle one: what the client adds per call);
 //! 2. the renewal cost: 10,000 live guards with 30 s leases; goal: at most
 //!    one pipelined round of RENEWs per renewal period, reported as rounds
 //!    and RENEW commands/s at the server.
@@ -21,6 +24,89 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::Server;
+
+/// The system allocator, counting allocations (for the allocations per
+/// acquire + release, which do not depend on the machine's load).
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counter is a relaxed atomic that never allocates.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `alloc` above, i.e. from the system allocator.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as for `alloc` and `dealloc`.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Sequential pairs counted for the allocations per pair.
+const COUNTED_PAIRS: u64 = 2_000;
+
+/// Heap allocations per acquire + release (the whole process: the
+/// connection's driver task included), raw and through the client.
+async fn allocations_per_pair(url: &str, dlock: &dlock_client::Client) -> (f64, f64) {
+    let client = redis::Client::open(url).expect("client");
+    let conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let raw_pair = || {
+        let mut conn = conn.clone();
+        async move {
+            let granted: redis::Value = redis::cmd("DLOCK.ACQUIRE")
+                .arg("bench:alloc:raw")
+                .arg("raw-owner")
+                .arg(30_000)
+                .query_async(&mut conn)
+                .await
+                .expect("acquire");
+            assert!(matches!(granted, redis::Value::Array(_)), "granted");
+            let _: redis::Value = redis::cmd("DLOCK.RELEASE")
+                .arg("bench:alloc:raw")
+                .arg("raw-owner")
+                .query_async(&mut conn)
+                .await
+                .expect("release");
+        }
+    };
+    let client_pair = || async {
+        let guard = dlock
+            .lock("bench:alloc:client")
+            .acquire()
+            .await
+            .expect("acquire");
+        guard.release().await.expect("release");
+    };
+    for _ in 0..200 {
+        raw_pair().await;
+        client_pair().await;
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..COUNTED_PAIRS {
+        raw_pair().await;
+    }
+    let raw = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / COUNTED_PAIRS as f64;
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..COUNTED_PAIRS {
+        client_pair().await;
+    }
+    let client = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / COUNTED_PAIRS as f64;
+    (raw, client)
+}
 
 const TASKS: usize = 4;
 /// Alternating raw and client phases of the throughput scenario.
@@ -196,6 +282,12 @@ fn main() {
             if ratio >= 0.9 { "met" } else { "NOT met" }
         );
         println!("acquire+release: raw {raw:.0}/s, client {client:.0}/s, ratio {ratio:.2}");
+        let (raw_allocs, client_allocs) = allocations_per_pair(&url, &dlock).await;
+        let _ = writeln!(
+            report,
+            "Heap allocations per pair (the whole process, {COUNTED_PAIRS} sequential pairs): raw {raw_allocs:.1}, dlock-client {client_allocs:.1}.\n"
+        );
+        println!("allocations per pair: raw {raw_allocs:.1}, client {client_allocs:.1}");
 
         // 2. Renewal cost of many live guards.
         let mut conn = server.connect();

@@ -194,6 +194,10 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) runtime: tokio::runtime::Handle,
+    /// The owner of the last refused no-wait fair request per key, taken
+    /// by the next one without an owner of its own, so that a poller
+    /// keeps its reservation (R8); see [`LockBuilder::fair`].
+    pub(crate) fair_owners: std::sync::Mutex<std::collections::HashMap<Vec<u8>, Arc<[u8]>>>,
 }
 
 impl Drop for Inner {
@@ -305,6 +309,7 @@ impl Client {
                 config,
                 watchdog,
                 runtime,
+                fair_owners: Default::default(),
             }),
         })
     }
@@ -319,7 +324,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: impl AsRef<[u8]>) -> LockBuilder {
-        LockBuilder::new(self.clone(), vec![name.as_ref().to_vec()], false)
+        LockBuilder::new(self.clone(), Arc::from([name.as_ref().to_vec()]), false)
     }
 
     /// The read side of the read-write lock `name`: a shared hold, which
@@ -407,7 +412,8 @@ impl Client {
         I: IntoIterator<Item = K>,
         K: AsRef<[u8]>,
     {
-        let keys = names.into_iter().map(|k| k.as_ref().to_vec()).collect();
+        let keys: Vec<Vec<u8>> = names.into_iter().map(|k| k.as_ref().to_vec()).collect();
+        let keys = Arc::from(keys);
         LockBuilder::new(self.clone(), keys, true)
     }
 

@@ -4,12 +4,15 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, Value};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::cluster::{self, Resend};
@@ -158,9 +161,10 @@ pub(crate) struct Dedicated {
 pub(crate) enum Blocking {
     /// The server replied (or the connection failed) before any deadline.
     Replied(RedisResult<Value>),
-    /// The caller gave up (cancelled) or the read timeout passed: the wait
-    /// was ended with CLIENT UNBLOCK and `late` is what came after it.
-    Abandoned { timed_out: bool, late: Late },
+    /// The caller gave up (cancelled) or the deadline passed (the caller
+    /// was told by `gave_up`): the wait was ended with CLIENT UNBLOCK and
+    /// `late` is what came after it.
+    Abandoned { late: Late },
 }
 
 /// The reply of a blocked command read after `CLIENT UNBLOCK`.
@@ -210,16 +214,25 @@ impl Dedicated {
     }
 
     /// Sends a command that may block on the server; gives up when
-    /// `cancelled` resolves or after `read_timeout`, ending the server-side
-    /// wait with `CLIENT UNBLOCK` (sent on the shared connection), running `after_unblock`
-    /// and reading the reply that the unblock provokes, within the wait margin.
+    /// `cancelled` resolves or at `deadline` (the wait plus the margin,
+    /// counted from the start of the caller's request), ending the
+    /// server-side wait with `CLIENT UNBLOCK` (sent on the shared
+    /// connection), running `after_unblock` and reading the reply that the
+    /// unblock provokes, within the wait margin.
+    ///
+    /// `gave_up(timed_out)` runs as soon as the caller is given up on,
+    /// before any of that clean-up: the callers run this in a task of their
+    /// own and answer their caller from it, so that a stalled server delays
+    /// the clean-up, never the caller (R4.7).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn call_blocking(
         &mut self,
         inner: &Inner,
         key: &[u8],
         cmd: &Cmd,
-        read_timeout: Option<Duration>,
+        deadline: Option<Instant>,
         cancelled: impl Future<Output = ()>,
+        gave_up: impl FnOnce(bool),
         after_unblock: impl Future<Output = ()>,
     ) -> Blocking {
         let (shared, margin) = (&inner.shared, inner.config.wait_margin);
@@ -249,12 +262,7 @@ impl Dedicated {
         };
         tokio::pin!(call);
         tokio::pin!(cancelled);
-        let read_deadline = async {
-            match read_timeout {
-                Some(timeout) => tokio::time::sleep(timeout).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
+        let read_deadline = until(deadline);
         tokio::pin!(read_deadline);
         let timed_out = tokio::select! {
             reply = &mut call => {
@@ -267,6 +275,7 @@ impl Dedicated {
             _ = &mut cancelled => false,
             _ = &mut read_deadline => true,
         };
+        gave_up(timed_out);
         let mut unblock = redis::cmd("CLIENT");
         unblock.arg("UNBLOCK").arg(id.load(Ordering::Relaxed));
         let _ = shared.run_idempotent(key, &unblock).await;
@@ -301,7 +310,55 @@ impl Dedicated {
             *broken = true;
         }
         *known_id = Some(id.load(Ordering::Relaxed));
-        Blocking::Abandoned { timed_out, late }
+        Blocking::Abandoned { late }
+    }
+}
+
+/// Resolves at `deadline`, never without one.
+pub(crate) async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// The caller of a request that runs in a task of its own: answered once,
+/// as soon as the answer is known (the task may go on cleaning up), and
+/// watched for going away (a dropped future) without being borrowed, so
+/// that both can be handed to [`Dedicated::call_blocking`].
+pub(crate) struct Caller<T> {
+    sender: Mutex<Option<oneshot::Sender<T>>>,
+}
+
+impl<T> Caller<T> {
+    pub(crate) fn new(sender: oneshot::Sender<T>) -> Caller<T> {
+        Caller {
+            sender: Mutex::new(Some(sender)),
+        }
+    }
+
+    /// Answers the caller (the first time only). An answer the caller can
+    /// no longer take is dropped here: a guard then releases itself.
+    pub(crate) fn answer(&self, answer: T) {
+        let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(sender) = sender {
+            let _ = sender.send(answer);
+        }
+    }
+
+    /// Resolves when the caller has gone away before its answer.
+    pub(crate) fn gone(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            match self
+                .sender
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            {
+                Some(sender) => sender.poll_closed(cx),
+                None => Poll::Pending,
+            }
+        })
     }
 }
 
@@ -317,6 +374,24 @@ impl Pool {
     pub(crate) fn new() -> Pool {
         Pool {
             idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// [`Pool::take`] bounded by a request's `deadline` (`Err(None)` then:
+    /// a stalled server may hold up the opening of a connection, its
+    /// handshake or its `CLIENT ID`) and by its caller going away (`Ok(None)`).
+    pub(crate) async fn take_by(
+        &self,
+        opener: &Opener,
+        config: &Config,
+        key: &[u8],
+        deadline: Option<Instant>,
+        gone: impl Future<Output = ()>,
+    ) -> Result<Option<Dedicated>, Option<redis::RedisError>> {
+        tokio::select! {
+            taken = self.take(opener, config, key) => taken.map(Some).map_err(Some),
+            _ = until(deadline) => Err(None),
+            _ = gone => Ok(None),
         }
     }
 

@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use redis::Value;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
-use crate::conn::Blocking;
+use crate::conn::{Blocking, Caller};
 use crate::{Client, Error, Guard, Result, DEFAULT_LEASE};
 
 /// Separates a campaign's value from its unique id in the owner string.
@@ -328,14 +329,19 @@ impl Election {
         let wait = self.watch_timeout;
         let runtime = client.inner.runtime.clone();
         runtime.spawn(async move {
-            let mut sender = sender;
+            let caller = Caller::new(sender);
             let inner = &client.inner;
-            let mut conn = match inner.pool.take(&inner.opener, &inner.config, &key).await {
-                Ok(conn) => conn,
-                Err(error) => {
-                    let _ = sender.send(Err(error.into()));
-                    return;
-                }
+            let deadline =
+                Instant::now().checked_add(wait.saturating_add(inner.config.wait_margin));
+            let taken = inner
+                .pool
+                .take_by(&inner.opener, &inner.config, &key, deadline, caller.gone())
+                .await;
+            let mut conn = match taken {
+                Ok(Some(conn)) => conn,
+                Ok(None) => return,
+                Err(None) => return caller.answer(Err(Error::Timeout)),
+                Err(Some(error)) => return caller.answer(Err(error.into())),
             };
             let wait_ms = u64::try_from(wait.as_millis())
                 .unwrap_or(u64::MAX)
@@ -347,22 +353,23 @@ impl Election {
                     inner,
                     &key,
                     &cmd,
-                    Some(wait + inner.config.wait_margin),
-                    sender.closed(),
+                    deadline,
+                    caller.gone(),
+                    |timed_out| {
+                        if timed_out {
+                            caller.answer(Err(Error::Timeout));
+                        }
+                    },
                     async {},
                 )
                 .await;
             inner.pool.give_back(conn);
-            let result = match outcome {
-                Blocking::Replied(Ok(value)) => parse_watch(value),
-                Blocking::Replied(Err(error)) => Err(error.into()),
-                Blocking::Abandoned {
-                    timed_out: true, ..
-                } => Err(Error::Timeout),
-                // The caller went away: nobody to tell.
-                Blocking::Abandoned { .. } => return,
-            };
-            let _ = sender.send(result);
+            match outcome {
+                Blocking::Replied(Ok(value)) => caller.answer(parse_watch(value)),
+                Blocking::Replied(Err(error)) => caller.answer(Err(error.into())),
+                // The caller has its timeout, or went away.
+                Blocking::Abandoned { .. } => {}
+            }
         });
         match receiver.await {
             Ok(result) => result,

@@ -3,9 +3,14 @@
 use std::time::Duration;
 
 use redis::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
-use crate::conn::Blocking;
+use crate::conn::{Blocking, Caller};
 use crate::{Client, Error, Result};
+
+/// The largest count and ttl (ms) of a latch: 2^53-1, as the server's.
+const MAX_SAFE: u64 = (1 << 53) - 1;
 
 /// A count-down latch (`DLOCK.LATCH`, `DLOCK.COUNTDOWN`, `DLOCK.AWAIT`):
 /// created with a count, opened when counted down to zero, which wakes every
@@ -79,6 +84,12 @@ impl Latch {
         if count == 0 || ttl_ms == 0 {
             return Err(Error::InvalidArgument(
                 "a latch needs a count and a ttl of at least 1".into(),
+            ));
+        }
+        // R9.2: refused here, before anything is sent, as the server would.
+        if count > MAX_SAFE || ttl_ms > MAX_SAFE {
+            return Err(Error::InvalidArgument(
+                "a latch's count and ttl (in ms) are at most 2^53-1".into(),
             ));
         }
         let mut cmd = redis::cmd("DLOCK.LATCH");
@@ -191,44 +202,73 @@ impl Latch {
         self.await_ms(0, None).await
     }
 
+    /// One `DLOCK.AWAIT` on a dedicated connection, in a task of its own:
+    /// the caller has its answer at the wait plus the margin even on a
+    /// stalled server (R4.6), and a dropped caller still ends the
+    /// server-side wait (`CLIENT UNBLOCK`), the connection going back to
+    /// the pool; that clean-up runs after the answer (R4.7).
     async fn await_ms(&self, ms: u64, timeout: Option<Duration>) -> Result<LatchWait> {
-        let inner = &self.client.inner;
-        let mut cmd = redis::cmd("DLOCK.AWAIT");
-        cmd.arg(self.key.as_slice()).arg(ms);
-        let mut conn = inner
-            .pool
-            .take(&inner.opener, &inner.config, &self.key)
-            .await?;
-        // If this future is dropped mid-wait, `conn` is dropped with it (not
-        // returned to the pool): its connection closes, which ends the wait
-        // on the server.
-        let outcome = conn
-            .call_blocking(
-                inner,
-                &self.key,
-                &cmd,
-                timeout.map(|t| t + inner.config.wait_margin),
-                std::future::pending(),
-                async {},
-            )
-            .await;
-        let reply = match outcome {
-            Blocking::Replied(reply) => reply?,
-            Blocking::Abandoned { .. } => return Err(Error::Timeout),
-        };
-        let result = match reply {
-            Value::Int(1) => Ok(LatchWait::Opened),
-            Value::Int(0) => Ok(LatchWait::Vanished),
-            Value::Nil => Ok(LatchWait::TimedOut),
-            Value::ServerError(error) => Err(Error::from_server(
-                error.code(),
-                error.details().unwrap_or(""),
+        let (sender, receiver) = oneshot::channel();
+        let client = self.client.clone();
+        let key = self.key.clone();
+        let runtime = client.inner.runtime.clone();
+        runtime.spawn(async move {
+            let caller = Caller::new(sender);
+            let inner = &client.inner;
+            let deadline = timeout.and_then(|t| {
+                Instant::now().checked_add(t.saturating_add(inner.config.wait_margin))
+            });
+            let taken = inner
+                .pool
+                .take_by(&inner.opener, &inner.config, &key, deadline, caller.gone())
+                .await;
+            let mut conn = match taken {
+                Ok(Some(conn)) => conn,
+                Ok(None) => return,
+                Err(None) => return caller.answer(Err(Error::Timeout)),
+                Err(Some(error)) => return caller.answer(Err(error.into())),
+            };
+            let mut cmd = redis::cmd("DLOCK.AWAIT");
+            cmd.arg(key.as_slice()).arg(ms);
+            let outcome = conn
+                .call_blocking(
+                    inner,
+                    &key,
+                    &cmd,
+                    deadline,
+                    caller.gone(),
+                    |timed_out| {
+                        if timed_out {
+                            caller.answer(Err(Error::Timeout));
+                        }
+                    },
+                    async {},
+                )
+                .await;
+            inner.pool.give_back(conn);
+            let reply = match outcome {
+                Blocking::Replied(Ok(reply)) => reply,
+                Blocking::Replied(Err(error)) => return caller.answer(Err(error.into())),
+                Blocking::Abandoned { .. } => return,
+            };
+            caller.answer(match reply {
+                Value::Int(1) => Ok(LatchWait::Opened),
+                Value::Int(0) => Ok(LatchWait::Vanished),
+                Value::Nil => Ok(LatchWait::TimedOut),
+                Value::ServerError(error) => Err(Error::from_server(
+                    error.code(),
+                    error.details().unwrap_or(""),
+                )),
+                other => Err(Error::UnexpectedReply(format!(
+                    "DLOCK.AWAIT replied {other:?}"
+                ))),
+            });
+        });
+        match receiver.await {
+            Ok(result) => result,
+            Err(_) => Err(Error::UnexpectedReply(
+                "the waiting task ended without a result".into(),
             )),
-            other => Err(Error::UnexpectedReply(format!(
-                "DLOCK.AWAIT replied {other:?}"
-            ))),
-        };
-        inner.pool.give_back(conn);
-        result
+        }
     }
 }

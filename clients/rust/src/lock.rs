@@ -9,7 +9,7 @@ use redis::{Cmd, Pipeline, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::conn::{Blocking, Dedicated, Late};
+use crate::conn::{Blocking, Caller, Dedicated, Late};
 use crate::watchdog::{judge, worse, HoldState, Renewed, Watch};
 use crate::{Client, Error, Result};
 
@@ -46,7 +46,8 @@ enum Wait {
 #[must_use = "a lock request does nothing until acquire() is awaited"]
 pub struct LockBuilder {
     client: Client,
-    keys: Vec<Vec<u8>>,
+    /// Shared with the guards it grants (no copy per acquire).
+    keys: Arc<[Vec<u8>]>,
     multi: bool,
     lease: Duration,
     wait: Wait,
@@ -72,7 +73,7 @@ impl LockBuilder {
         self
     }
 
-    pub(crate) fn new(client: Client, keys: Vec<Vec<u8>>, multi: bool) -> LockBuilder {
+    pub(crate) fn new(client: Client, keys: Arc<[Vec<u8>]>, multi: bool) -> LockBuilder {
         LockBuilder {
             client,
             keys,
@@ -140,8 +141,12 @@ impl LockBuilder {
 
     /// Asks with `DLOCK.FAIR`: with a wait, the same as a plain wait; without
     /// one, a refused request leaves a reservation that keeps this owner's
-    /// place in the queue for `dlock.fair-reservation-ms` (useful with a
-    /// fixed [`owner`](LockBuilder::owner) that polls). Not for multi-locks.
+    /// place in the queue for `dlock.fair-reservation-ms`. A poller keeps
+    /// its place (R8): the next no-wait fair request for the same key
+    /// through the same [`Client`] without an [`owner`](LockBuilder::owner)
+    /// asks again under the refused request's owner (an owner is never
+    /// reused once granted, nor by two requests at once). Not for
+    /// multi-locks.
     ///
     /// ```no_run
     /// # async fn demo(dlock: dlock_client::Client) -> dlock_client::Result<()> {
@@ -294,13 +299,12 @@ impl LockBuilder {
         let runtime = self.client.inner.runtime.clone();
         // The request runs in a task of its own, so that a cancelled caller
         // never leaves it half-done: the task unblocks the wait, and a
-        // guard it cannot deliver is dropped, which releases it.
+        // guard it cannot deliver is dropped, which releases it. The task
+        // answers as soon as it knows the answer and cleans up afterwards
+        // (R4.7): a stalled server delays the clean-up, not the caller.
         runtime.spawn(async move {
-            let mut sender = sender;
-            let result = self.run(&mut sender).await;
-            if let Some(result) = result {
-                let _ = sender.send(result);
-            }
+            let caller = Caller::new(sender);
+            self.run(&caller).await;
         });
         match receiver.await {
             Ok(result) => result,
@@ -316,7 +320,12 @@ impl LockBuilder {
     /// follows it on the same connection, so a grant cannot outlive it.
     async fn acquire_at_once(self) -> Result<Guard> {
         self.check()?;
-        let owner = uuid::Uuid::new_v4().to_string().into_bytes();
+        let fair_poll = self.fair && !self.multi;
+        let owner = match fair_poll {
+            true => self.take_fair_owner(),
+            false => None,
+        }
+        .unwrap_or_else(generated_owner);
         let cmd = self.command(&owner, self.ttl_ms());
         let mut in_flight = InFlight {
             client: Some(self.client.clone()),
@@ -326,13 +335,52 @@ impl LockBuilder {
         };
         let sent = Instant::now();
         let reply = self.client.inner.shared.run(self.first_key(), &cmd).await;
-        if let Err(error) = &reply {
-            settle_unanswered(&self.client, &self.keys, &owner, self.shared, error).await;
-        }
         in_flight.client = None;
+        if fair_poll && matches!(reply, Ok(Value::Nil)) {
+            // Refused: a reservation now keeps this owner's place.
+            self.keep_fair_owner(owner.clone());
+        }
+        if let Err(error) = &reply {
+            // R5.3 in the background (R4.7): on a stalled server the
+            // release waits as long as the acquire did.
+            let (client, keys, shared) = (self.client.clone(), self.keys.clone(), self.shared);
+            let (owner, error) = (owner.clone(), error.clone());
+            self.client.inner.runtime.spawn(async move {
+                settle_unanswered(&client, &keys, &owner, shared, &error).await;
+            });
+        }
+        drop(in_flight);
         reply
             .map_err(Error::from)
-            .and_then(|value| self.granted(value, &owner, sent, None))
+            .and_then(|value| self.granted(value, owner, sent, None))
+    }
+
+    /// The owner a refused fair poll of this key left, taken for this one.
+    fn take_fair_owner(&self) -> Option<Arc<[u8]>> {
+        let mut owners = self
+            .client
+            .inner
+            .fair_owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        owners.remove(self.first_key())
+    }
+
+    /// Keeps a refused fair poll's owner for the next poll of the key.
+    fn keep_fair_owner(&self, owner: Arc<[u8]>) {
+        /// Keys remembered at most: a reservation ends within seconds
+        /// anyway, and an owner whose reservation ended is just a new one.
+        const KEPT_MAX: usize = 1024;
+        let mut owners = self
+            .client
+            .inner
+            .fair_owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if owners.len() >= KEPT_MAX {
+            owners.clear();
+        }
+        owners.insert(self.first_key().to_vec(), owner);
     }
 
     /// The key a single-key command acts on, and that routes a multi-key
@@ -407,7 +455,7 @@ impl LockBuilder {
         let mut cmd = if self.multi {
             let mut cmd = redis::cmd("DLOCK.MACQUIRE");
             cmd.arg(self.keys.len());
-            for key in &self.keys {
+            for key in self.keys.iter() {
                 cmd.arg(key.as_slice());
             }
             cmd
@@ -446,14 +494,17 @@ impl LockBuilder {
         cmd
     }
 
-    /// Runs the request; None when the caller went away (nothing to send).
-    async fn run(self, caller: &mut oneshot::Sender<Result<Guard>>) -> Option<Result<Guard>> {
+    /// Runs the request and answers `caller` as soon as the answer is
+    /// known; the clean-up of a timeout, a cancel or a failure without an
+    /// answer follows in this task, after the answer.
+    async fn run(self, caller: &Caller<Result<Guard>>) {
         if let Err(error) = self.check() {
-            return Some(Err(error));
+            return caller.answer(Err(error));
         }
+        let started = Instant::now();
         let owner = match &self.owner {
-            Some(owner) => owner.clone(),
-            None => uuid::Uuid::new_v4().to_string().into_bytes(),
+            Some(owner) => Arc::from(owner.as_slice()),
+            None => generated_owner(),
         };
         let cmd = self.command(&owner, self.ttl_ms());
         let inner = &self.client.inner;
@@ -463,23 +514,36 @@ impl LockBuilder {
         if !dedicated_needed {
             let sent = Instant::now();
             let reply = inner.shared.run(&key, &cmd).await;
-            if let (Err(error), true) = (&reply, generated_owner) {
-                settle_unanswered(&self.client, &self.keys, &owner, self.shared, error).await;
+            match reply {
+                Ok(value) => caller.answer(self.granted(value, owner.clone(), sent, None)),
+                Err(error) => {
+                    caller.answer(Err(Error::from(error.clone())));
+                    if generated_owner {
+                        settle_unanswered(&self.client, &self.keys, &owner, self.shared, &error)
+                            .await;
+                    }
+                }
             }
-            return Some(
-                reply
-                    .map_err(Error::from)
-                    .and_then(|value| self.granted(value, &owner, sent, None)),
-            );
+            return;
         }
-        let mut conn = match inner.pool.take(&inner.opener, &inner.config, &key).await {
-            Ok(conn) => conn,
-            Err(error) => return Some(Err(error.into())),
-        };
-        let read_timeout = match self.wait {
-            Wait::No => Some(inner.config.wait_margin),
-            Wait::For(wait) => Some(wait + inner.config.wait_margin),
+        // R4.2, R4.6: the whole request, the opening of its connection
+        // included, ends by the wait plus the margin.
+        // (A wait too long for the clock has no deadline: it is forever.)
+        let deadline = match self.wait {
+            Wait::No => started.checked_add(inner.config.wait_margin),
+            Wait::For(wait) => started.checked_add(wait.saturating_add(inner.config.wait_margin)),
             Wait::Forever => None,
+        };
+        let taken = inner
+            .pool
+            .take_by(&inner.opener, &inner.config, &key, deadline, caller.gone())
+            .await;
+        let mut conn = match taken {
+            Ok(Some(conn)) => conn,
+            // Nothing was sent: nothing to clean up.
+            Ok(None) => return,
+            Err(None) => return caller.answer(Err(Error::Timeout)),
+            Err(Some(error)) => return caller.answer(Err(error.into())),
         };
         // After CLIENT UNBLOCK this wait can no longer be granted, so
         // releasing a generated owner (this request's alone) then settles a
@@ -495,36 +559,41 @@ impl LockBuilder {
                 inner,
                 &key,
                 &cmd,
-                read_timeout,
-                caller.closed(),
+                deadline,
+                caller.gone(),
+                |timed_out| {
+                    if timed_out {
+                        caller.answer(Err(Error::Timeout));
+                    }
+                },
                 release_generated,
             )
             .await;
         let value = match outcome {
             Blocking::Replied(Ok(value)) => value,
             Blocking::Replied(Err(error)) => {
+                caller.answer(Err(Error::from(error.clone())));
                 // Broken: closed, which also ends a wait still queued on it.
                 inner.pool.give_back(conn);
                 if generated_owner {
                     settle_unanswered(&self.client, &self.keys, &owner, self.shared, &error).await;
                 }
-                return Some(Err(error.into()));
+                return;
             }
-            Blocking::Abandoned { timed_out, late } => {
-                // A generated owner was released right after the unblock
-                // (below). A caller's own owner may also hold the lock
-                // through another guard, so only a grant actually read is
-                // released (a guard made and dropped at once); a grant the
-                // server failed to deliver is left to its lease.
-                if let (Late::Reply(value), false) = (late, generated_owner) {
-                    drop(self.granted(value, &owner, sent, None));
+            Blocking::Abandoned { late, .. } => {
+                // The caller has its answer (a timeout) or is gone. A
+                // generated owner was released right after the unblock; a
+                // grant read after it is released once more (the request
+                // may have run after the unblock and the release, when a
+                // stall postponed it). A caller's own owner may also hold
+                // the lock through another guard, so only a grant actually
+                // read is released (a guard made and dropped at once); a
+                // grant the server failed to deliver is left to its lease.
+                if let Late::Reply(value) = late {
+                    drop(self.granted(value, owner.clone(), sent, None));
                 }
                 inner.pool.give_back(conn);
-                return if timed_out {
-                    Some(Err(Error::Timeout))
-                } else {
-                    None
-                };
+                return;
             }
         };
         // R3.2: the lease of a grant after a wait began when the server
@@ -533,11 +602,11 @@ impl LockBuilder {
         // wait was sent (a wait longer than the lease would otherwise make
         // the guard lost at once).
         let granted_at = Instant::now();
-        let guard = match self.granted(value, &owner, granted_at, None) {
+        let guard = match self.granted(value, owner.clone(), granted_at, None) {
             Ok(guard) => guard,
             Err(error) => {
                 inner.pool.give_back(conn);
-                return Some(Err(error));
+                return caller.answer(Err(error));
             }
         };
         if let Some((wanted, timeout)) = self.replicas {
@@ -549,53 +618,48 @@ impl LockBuilder {
             let limit = timeout + inner.config.wait_margin;
             let acked = tokio::select! {
                 reply = conn.run_bounded(&key, &wait, limit) => reply,
-                _ = caller.closed() => {
+                _ = caller.gone() => {
                     // The guard is dropped here, which releases it; the
                     // WAIT may still be running: the connection goes.
                     conn.mark_broken();
-                    return None;
+                    return;
                 }
             };
-            let acked = match acked {
-                Ok(Value::Int(n)) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
-                Ok(other) => {
-                    inner.pool.give_back(conn);
-                    let _ = guard.release().await;
-                    return Some(Err(Error::UnexpectedReply(format!(
-                        "WAIT replied {other:?}"
-                    ))));
+            let failure = match acked {
+                Ok(Value::Int(n)) => {
+                    let acked = u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+                    (acked < wanted).then_some(Error::NotReplicated { wanted, acked })
                 }
-                Err(error) => {
-                    inner.pool.give_back(conn);
-                    let _ = guard.release().await;
-                    return Some(Err(error.into()));
-                }
+                Ok(other) => Some(Error::UnexpectedReply(format!("WAIT replied {other:?}"))),
+                Err(error) => Some(error.into()),
             };
-            if acked < wanted {
+            if let Some(failure) = failure {
                 inner.pool.give_back(conn);
                 let _ = guard.release().await;
-                return Some(Err(Error::NotReplicated { wanted, acked }));
+                return caller.answer(Err(failure));
             }
         }
         if self.session {
             // The hold lives as long as this connection: the guard keeps it.
             let mut guard = guard;
             guard.session_conn = Some(conn);
-            return Some(Ok(guard));
+            return caller.answer(Ok(guard));
         }
         inner.pool.give_back(conn);
-        Some(Ok(guard))
+        caller.answer(Ok(guard))
     }
 
     /// Turns a reply into a guard (watched from now on), or `Busy` for null.
+    /// (No allocation here beyond the guard's own state: the keys are
+    /// shared with the builder, the owner moved in, one token list.)
     fn granted(
         &self,
         reply: Value,
-        owner: &[u8],
+        owner: Arc<[u8]>,
         sent: Instant,
         session_conn: Option<Dedicated>,
     ) -> Result<Guard> {
-        let grants: Vec<(i64, i64)> = match reply {
+        let (tokens, holds): (Arc<[u64]>, i64) = match reply {
             Value::Nil => return Err(Error::Busy),
             Value::ServerError(error) => {
                 return Err(Error::from_server(
@@ -604,32 +668,38 @@ impl LockBuilder {
                 ))
             }
             Value::Array(items) if self.multi => {
-                let mut grants = Vec::with_capacity(items.len());
-                for item in items {
-                    grants.push(parse_grant(item)?);
+                let mut tokens = Vec::with_capacity(items.len());
+                let mut first_holds = 0;
+                for (index, item) in items.into_iter().enumerate() {
+                    let (token, holds) = parse_grant(item)?;
+                    if index == 0 {
+                        first_holds = holds;
+                    }
+                    tokens.push(token as u64);
                 }
-                grants
+                (Arc::from(tokens), first_holds)
             }
-            single => vec![parse_grant(single)?],
+            single => {
+                let (token, holds) = parse_grant(single)?;
+                (Arc::from([token as u64]), holds)
+            }
         };
-        if grants.len() != self.keys.len() {
+        if tokens.len() != self.keys.len() {
             return Err(Error::UnexpectedReply(format!(
                 "{} grants for {} keys",
-                grants.len(),
+                tokens.len(),
                 self.keys.len()
             )));
         }
         let inner = &self.client.inner;
         let hold = HoldState::new();
-        let keys = Arc::new(self.keys.clone());
-        let owner = Arc::new(owner.to_vec());
+        let keys = self.keys.clone();
         let period = self
             .renew_every
             .unwrap_or_else(|| inner.config.renew_period(self.lease));
-        let tokens: Vec<u64> = grants.iter().map(|(token, _)| *token as u64).collect();
         let watch_id = inner.watchdog.watch(Watch {
             keys: keys.clone(),
-            tokens: Arc::new(tokens.clone()),
+            tokens: tokens.clone(),
             owner: owner.clone(),
             lease: self.lease,
             margin: inner.config.margin_for(self.lease),
@@ -641,7 +711,7 @@ impl LockBuilder {
             client: self.client.clone(),
             keys,
             tokens,
-            holds: grants.first().map(|(_, holds)| *holds as u64).unwrap_or(0),
+            holds: holds as u64,
             owner,
             shared: self.shared,
             weight: self.weight.unwrap_or(1),
@@ -651,6 +721,14 @@ impl LockBuilder {
             session_conn,
         })
     }
+}
+
+/// A new owner: a UUID v4 in its 36-character text form, formatted on the
+/// stack (no `fmt` machinery, one allocation).
+fn generated_owner() -> Arc<[u8]> {
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+    Arc::from(&text[..])
 }
 
 /// An immediate acquire whose reply has not come yet: dropped with a client
@@ -709,10 +787,10 @@ fn parse_grant(value: Value) -> Result<(i64, i64)> {
 /// ```
 pub struct Guard {
     client: Client,
-    keys: Arc<Vec<Vec<u8>>>,
-    tokens: Vec<u64>,
+    keys: Arc<[Vec<u8>]>,
+    tokens: Arc<[u64]>,
     holds: u64,
-    owner: Arc<Vec<u8>>,
+    owner: Arc<[u8]>,
     shared: bool,
     weight: u32,
     lease: Duration,
@@ -903,11 +981,33 @@ impl Guard {
         for key in self.keys.iter() {
             pipe.cmd("DLOCK.RENEW")
                 .arg(key.as_slice())
-                .arg(self.owner.as_slice())
+                .arg(&*self.owner)
                 .arg(ttl_ms);
         }
         let sent = Instant::now();
-        let replies = self.client.inner.shared.pipeline(self.key(), &pipe).await?;
+        let watchdog = &self.client.inner.watchdog;
+        // R4.6: no later than the guard's local deadline, which a renewal
+        // of the watchdog may push back meanwhile. Past it without a reply
+        // the guard is lost, whatever the server does later.
+        let renewal = self.client.inner.shared.pipeline(self.key(), &pipe);
+        tokio::pin!(renewal);
+        let replies = loop {
+            let Some(deadline) = watchdog.deadline(self.watch_id) else {
+                self.hold.mark_lost();
+                return Err(Error::Lost);
+            };
+            if let Ok(replies) = tokio::time::timeout_at(deadline, &mut renewal).await {
+                break replies?;
+            }
+            if watchdog
+                .deadline(self.watch_id)
+                .is_none_or(|deadline| deadline <= Instant::now())
+            {
+                watchdog.lost(self.watch_id);
+                self.hold.mark_lost();
+                return Err(Error::Lost);
+            }
+        };
         let mut outcome = Renewed::Yes;
         let mut refusal = None;
         for (index, reply) in replies.into_iter().enumerate() {
@@ -921,7 +1021,6 @@ impl Guard {
             }
             outcome = worse(outcome, judge(Some(reply), self.tokens.get(index).copied()));
         }
-        let watchdog = &self.client.inner.watchdog;
         match outcome {
             Renewed::Lost => {
                 watchdog.lost(self.watch_id);
@@ -995,22 +1094,30 @@ impl Drop for Guard {
 /// pipeline: in a Cluster, a redirection can hit some of them and not
 /// others, and only those are sent again.
 async fn send_release(client: &Client, keys: &[Vec<u8>], owner: &[u8], shared: bool) -> Result<()> {
-    let releases = keys.iter().map(|key| async move {
-        let mut cmd = redis::cmd("DLOCK.RELEASE");
-        cmd.arg(key.as_slice()).arg(owner);
-        if shared {
-            cmd.arg("SHARED");
-        }
-        match client.inner.shared.run(key, &cmd).await? {
-            Value::ServerError(error) => Err(Error::from_server(
-                error.code(),
-                error.details().unwrap_or(""),
-            )),
-            _ => Ok(()),
-        }
-    });
+    if let [key] = keys {
+        // One key (the common case): no join of futures to allocate.
+        return release_one(client, key, owner, shared).await;
+    }
+    let releases = keys
+        .iter()
+        .map(|key| release_one(client, key, owner, shared));
     let results = futures_util::future::join_all(releases).await;
     results.into_iter().collect()
+}
+
+async fn release_one(client: &Client, key: &[u8], owner: &[u8], shared: bool) -> Result<()> {
+    let mut cmd = redis::cmd("DLOCK.RELEASE");
+    cmd.arg(key).arg(owner);
+    if shared {
+        cmd.arg("SHARED");
+    }
+    match client.inner.shared.run(key, &cmd).await? {
+        Value::ServerError(error) => Err(Error::from_server(
+            error.code(),
+            error.details().unwrap_or(""),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// R5.3: an acquire that failed without an answer may have been granted;

@@ -53,9 +53,9 @@ impl HoldState {
 
 /// A guard under watch.
 struct Entry {
-    keys: Arc<Vec<Vec<u8>>>,
-    tokens: Arc<Vec<u64>>,
-    owner: Arc<Vec<u8>>,
+    keys: Arc<[Vec<u8>]>,
+    tokens: Arc<[u64]>,
+    owner: Arc<[u8]>,
     ttl_ms: u64,
     lease: Duration,
     margin: Duration,
@@ -68,11 +68,11 @@ struct Entry {
 
 /// What the watchdog needs to watch a new guard.
 pub(crate) struct Watch {
-    pub(crate) keys: Arc<Vec<Vec<u8>>>,
+    pub(crate) keys: Arc<[Vec<u8>]>,
     /// The token granted on each key: a renewal that answers another one
     /// finds the lock held by a new hold of the same owner name (R3.1).
-    pub(crate) tokens: Arc<Vec<u64>>,
-    pub(crate) owner: Arc<Vec<u8>>,
+    pub(crate) tokens: Arc<[u64]>,
+    pub(crate) owner: Arc<[u8]>,
     pub(crate) lease: Duration,
     pub(crate) margin: Duration,
     pub(crate) period: Duration,
@@ -97,9 +97,9 @@ pub(crate) struct Watchdog {
 /// One guard's renewal in a round.
 struct Due {
     id: u64,
-    keys: Arc<Vec<Vec<u8>>>,
-    tokens: Arc<Vec<u64>>,
-    owner: Arc<Vec<u8>>,
+    keys: Arc<[Vec<u8>]>,
+    tokens: Arc<[u64]>,
+    owner: Arc<[u8]>,
     ttl_ms: u64,
 }
 
@@ -176,6 +176,12 @@ impl Watchdog {
                 entry.deadline = deadline;
             }
         }
+    }
+
+    /// The guard's local deadline (R3.2), or None when it is no longer
+    /// watched (lost, or released).
+    pub(crate) fn deadline(&self, id: u64) -> Option<Instant> {
+        self.table().get(&id).map(|entry| entry.deadline)
     }
 
     /// A renewal by hand found the hold gone: the guard is lost.
@@ -300,7 +306,7 @@ impl Watchdog {
                 for key in renewal.keys.iter() {
                     pipe.cmd("DLOCK.RENEW")
                         .arg(key.as_slice())
-                        .arg(renewal.owner.as_slice())
+                        .arg(&*renewal.owner)
                         .arg(renewal.ttl_ms);
                 }
             }

@@ -321,8 +321,11 @@ async fn a_lost_reply_is_never_followed_by_a_second_send() {
         "a connection error, not a second grant: {attempt:?}"
     );
     assert_eq!(proxy.seen(), 1, "DLOCK.ACQUIRE sent once");
-    // R5.3: the generated owner was released before the error came back.
-    assert_eq!(holds(&mut direct, key), 0, "no hold left");
+    // R5.3: the generated owner is released, in the background (R4.7).
+    eventually("no hold left", Duration::from_secs(5), || {
+        holds(&mut direct, key) == 0
+    })
+    .await;
 
     // A re-entrant release: exactly one of the two holds given back.
     let outer = dlock.lock(key).owner("job-7").acquire().await.unwrap();

@@ -26,6 +26,9 @@ const LANGUAGE: &str = "rust";
 /// `within_ms`.
 const DEFAULT_AWAIT: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(5);
+/// The read timeout of the runner's raw connections: longer than any
+/// `pause_server` of a scenario.
+const RAW_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,6 +53,34 @@ struct Scenario {
     #[serde(default)]
     skip: HashMap<String, String>,
     steps: Vec<Step>,
+    /// Runs in a row, each from a clean server with fresh clients.
+    repeat: Option<u32>,
+}
+
+/// `error`: one kind, or a list of kinds (any of them).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+enum Kinds {
+    One(String),
+    Any(Vec<String>),
+}
+
+impl Kinds {
+    fn allows(&self, kind: &str) -> bool {
+        match self {
+            Kinds::One(one) => one == kind,
+            Kinds::Any(any) => any.iter().any(|one| one == kind),
+        }
+    }
+}
+
+impl std::fmt::Display for Kinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kinds::One(one) => write!(f, "{one}"),
+            Kinds::Any(any) => write!(f, "one of {}", any.join(", ")),
+        }
+    }
 }
 
 /// `result: null` is an expectation (the value is null), so an absent
@@ -67,9 +98,10 @@ struct Step {
     note: Option<String>,
     #[serde(default, deserialize_with = "present")]
     result: Option<Json>,
-    error: Option<String>,
+    error: Option<Kinds>,
     capture: Option<String>,
     within_ms: Option<u64>,
+    returns_within_ms: Option<u64>,
     #[serde(default)]
     background: bool,
     client: Option<String>,
@@ -138,7 +170,8 @@ impl Held {
 }
 
 struct GuardSlot {
-    guard: Option<Held>,
+    /// Shared with a background `renew`; a release takes it back.
+    guard: Option<Arc<Held>>,
     token: u64,
     tokens: Vec<u64>,
     owner: String,
@@ -147,11 +180,56 @@ struct GuardSlot {
     lost_at_release: bool,
 }
 
-enum Task {
-    Acquire(JoinHandle<dlock_client::Result<Guard>>),
-    LatchWait(JoinHandle<dlock_client::Result<LatchWait>>),
-    Command(JoinHandle<redis::RedisResult<redis::Value>>),
-    Campaign(JoinHandle<dlock_client::Result<Leadership>>),
+/// A background step: its task, which also tells when it ended, and when
+/// it started (for `returns_within_ms`).
+struct Task {
+    started: Instant,
+    kind: TaskKind,
+}
+
+type Timed<T> = JoinHandle<(T, Instant)>;
+
+enum TaskKind {
+    Acquire(Timed<dlock_client::Result<Guard>>),
+    LatchWait(Timed<dlock_client::Result<LatchWait>>),
+    Command(Timed<redis::RedisResult<redis::Value>>),
+    Campaign(Timed<dlock_client::Result<Leadership>>),
+    Renew(Timed<dlock_client::Result<()>>),
+}
+
+impl TaskKind {
+    fn abort(&self) {
+        match self {
+            TaskKind::Acquire(handle) => handle.abort(),
+            TaskKind::LatchWait(handle) => handle.abort(),
+            TaskKind::Command(handle) => handle.abort(),
+            TaskKind::Campaign(handle) => handle.abort(),
+            TaskKind::Renew(handle) => handle.abort(),
+        }
+    }
+
+    /// Aborts the task and waits until it is gone (a guard it had is
+    /// dropped with it, which releases it).
+    async fn cancel(self) {
+        self.abort();
+        match self {
+            TaskKind::Acquire(handle) => drop(handle.await),
+            TaskKind::LatchWait(handle) => drop(handle.await),
+            TaskKind::Command(handle) => drop(handle.await),
+            TaskKind::Campaign(handle) => drop(handle.await),
+            TaskKind::Renew(handle) => drop(handle.await),
+        }
+    }
+}
+
+/// Spawns `work`, which also reports when it ended.
+fn timed<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Timed<T> {
+    tokio::spawn(async move {
+        let value = work.await;
+        (value, Instant::now())
+    })
 }
 
 /// An observer started by `observe`: a task that reads every change into
@@ -173,6 +251,16 @@ fn leader_json(leader: Option<Leader>) -> Json {
 
 struct Runner {
     server: Server,
+    /// After `stop_server`, until `start_server`.
+    server_down: bool,
+    /// The clients the running scenario names (`pause_server` opens them
+    /// first: see there).
+    scenario_clients: Vec<String>,
+    /// Background tasks already awaited: a later `cancel` of one releases
+    /// the guard it returned, if any.
+    awaited: std::collections::HashSet<String>,
+    /// How long the last `await`ed task ran, from its start to its end.
+    task_took: Option<Duration>,
     clients: HashMap<String, Client>,
     conns: HashMap<String, MultiplexedConnection>,
     guards: HashMap<String, GuardSlot>,
@@ -213,6 +301,15 @@ fn kind_of(error: &Error) -> String {
         Error::Timeout => "timeout".into(),
         Error::InvalidArgument(_) => "invalid_argument".into(),
         Error::Server { code, .. } => format!("server:{code}"),
+        // The shared connection's response timeout: no reply in time.
+        Error::Connection(error) if error.is_timeout() => "timeout".into(),
+        Error::Connection(error)
+            if error.is_io_error()
+                || error.is_connection_dropped()
+                || error.is_connection_refusal() =>
+        {
+            "connection".into()
+        }
         other => format!("other:{other}"),
     }
 }
@@ -438,7 +535,8 @@ impl Runner {
 
     async fn new_raw(&self) -> Result<MultiplexedConnection, String> {
         let client = redis::Client::open(self.url()).map_err(|e| e.to_string())?;
-        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        // Longer than any pause of a scenario (`pause_server`).
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(RAW_TIMEOUT));
         client
             .get_multiplexed_async_connection_with_config(&config)
             .await
@@ -459,7 +557,7 @@ impl Runner {
             token: guard.token(),
             tokens: guard.tokens().map(|(_, t)| t).collect(),
             owner: String::from_utf8_lossy(guard.owner()).into_owned(),
-            guard: Some(held),
+            guard: Some(Arc::new(held)),
             lost_at_release: false,
         };
         self.guards.insert(name.to_string(), slot);
@@ -467,13 +565,11 @@ impl Runner {
 
     /// Runs one step and checks its expectations.
     async fn step(&mut self, step: &Step) -> Result<(), String> {
-        if step.result.is_some() && step.error.is_some() {
-            return Err("result and error are exclusive".into());
-        }
         if step.background {
             let name = step.name.clone().ok_or("a background step needs `as`")?;
-            let task = self.start(step).await?;
-            self.tasks.insert(name, task);
+            let started = Instant::now();
+            let kind = self.start(step).await?;
+            self.tasks.insert(name, Task { started, kind });
             return Ok(());
         }
         let deadline = step
@@ -481,8 +577,23 @@ impl Runner {
             .filter(|_| is_read(&step.op))
             .map(|ms| Instant::now() + Duration::from_millis(ms));
         loop {
+            self.task_took = None;
+            let started = Instant::now();
             let outcome = self.run(step).await?;
-            match self.judge(step, &outcome) {
+            let took = self.task_took.take().unwrap_or_else(|| started.elapsed());
+            let judged = self.judge(step, &outcome).and_then(|()| {
+                match step.returns_within_ms.map(Duration::from_millis) {
+                    Some(bound) if took > bound => Err(format!(
+                        "ended after {took:?}, beyond returns_within_ms {bound:?} ({})",
+                        match &outcome {
+                            Ok(value) => value.to_string(),
+                            Err(kind) => kind.clone(),
+                        }
+                    )),
+                    _ => Ok(()),
+                }
+            });
+            match judged {
                 Ok(()) => {
                     if let (Some(name), Ok(value)) = (&step.capture, &outcome) {
                         self.vars.insert(name.clone(), value.clone());
@@ -497,13 +608,16 @@ impl Runner {
         }
     }
 
+    /// A step with both `result` and `error` may end either way.
     fn judge(&self, step: &Step, outcome: &Outcome) -> Result<(), String> {
         match (&step.error, outcome) {
-            (Some(want), Err(kind)) if want == kind => Ok(()),
+            (Some(want), Err(kind)) if want.allows(kind) => Ok(()),
             (Some(want), Err(kind)) => Err(format!("expected error {want}, got error {kind}")),
-            (Some(want), Ok(value)) => Err(format!("expected error {want}, got {value}")),
             (None, Err(kind)) => Err(format!("failed with {kind}")),
-            (None, Ok(value)) => match &step.result {
+            (Some(want), Ok(value)) if step.result.is_none() => {
+                Err(format!("expected error {want}, got {value}"))
+            }
+            (_, Ok(value)) => match &step.result {
                 Some(expected) => check(&self.resolve(expected)?, value),
                 None => Ok(()),
             },
@@ -511,17 +625,17 @@ impl Runner {
     }
 
     /// Starts a background step.
-    async fn start(&mut self, step: &Step) -> Result<Task, String> {
+    async fn start(&mut self, step: &Step) -> Result<TaskKind, String> {
         match step.op.as_str() {
             "acquire" => {
                 let builder = self.builder(step).await?;
-                Ok(Task::Acquire(tokio::spawn(builder.acquire())))
+                Ok(TaskKind::Acquire(timed(builder.acquire())))
             }
             "latch_wait" => {
                 let client = self.client(&step.client).await?;
                 let latch = client.latch(step.key.clone().ok_or("no key")?);
                 let timeout = step.timeout_ms.ok_or("no timeout_ms")?;
-                Ok(Task::LatchWait(tokio::spawn(async move {
+                Ok(TaskKind::LatchWait(timed(async move {
                     if timeout == 0 {
                         latch.wait_forever().await
                     } else {
@@ -532,7 +646,7 @@ impl Runner {
             "command" => {
                 let mut conn = self.new_raw().await?;
                 let cmd = self.command(step)?;
-                Ok(Task::Command(tokio::spawn(async move {
+                Ok(TaskKind::Command(timed(async move {
                     cmd.query_async::<redis::Value>(&mut conn).await
                 })))
             }
@@ -544,12 +658,19 @@ impl Runner {
                     (false, Some(ms)) => Some(Duration::from_millis(expressible(ms)?)),
                     (false, None) => Some(Duration::ZERO),
                 };
-                Ok(Task::Campaign(tokio::spawn(async move {
+                Ok(TaskKind::Campaign(timed(async move {
                     match wait {
                         None => election.campaign(identity).await,
                         Some(wait) => election.campaign_within(identity, wait).await,
                     }
                 })))
+            }
+            "renew" => {
+                let slot = self.slot(step)?;
+                let held = slot.guard.clone().ok_or("the guard was released")?;
+                Ok(TaskKind::Renew(timed(
+                    async move { held.guard().renew().await },
+                )))
             }
             other => Err(format!("{other} cannot run in the background")),
         }
@@ -630,6 +751,8 @@ impl Runner {
                 let slot = self.guards.get_mut(&name).ok_or("unknown guard")?;
                 let guard = slot.guard.take().ok_or("the guard was released already")?;
                 slot.lost_at_release = !guard.is_held();
+                let guard = Arc::try_unwrap(guard)
+                    .map_err(|_| format!("guard {name} is still used by a background step"))?;
                 Ok(guard
                     .release()
                     .await
@@ -649,7 +772,7 @@ impl Runner {
             "held" => {
                 let slot = self.slot(step)?;
                 Ok(Ok(Json::Bool(
-                    slot.guard.as_ref().is_some_and(Held::is_held),
+                    slot.guard.as_ref().is_some_and(|held| held.is_held()),
                 )))
             }
             "lost" => {
@@ -663,61 +786,53 @@ impl Runner {
             "token" => Ok(Ok(Json::from(self.slot(step)?.token))),
             "await" => {
                 let name = step.task.clone().ok_or("no task")?;
-                let task = self
+                let Task { started, kind } = self
                     .tasks
                     .remove(&name)
                     .ok_or_else(|| format!("unknown task {name}"))?;
+                self.awaited.insert(name.clone());
                 let within = step
                     .within_ms
                     .map(Duration::from_millis)
                     .unwrap_or(DEFAULT_AWAIT);
                 let late = || format!("task {name} not done within {within:?}");
-                match task {
-                    Task::Acquire(handle) => {
-                        match tokio::time::timeout(within, handle)
+                let panicked =
+                    |join: tokio::task::JoinError| format!("task {name} panicked: {join}");
+                macro_rules! finish {
+                    ($handle:expr) => {{
+                        let (value, ended) = tokio::time::timeout(within, $handle)
                             .await
                             .map_err(|_| late())?
-                        {
-                            Ok(Ok(guard)) => {
-                                self.register(&name, guard);
-                                done
-                            }
-                            Ok(Err(error)) => Ok(Err(kind_of(&error))),
-                            Err(join) => Err(format!("task {name} panicked: {join}")),
+                            .map_err(panicked)?;
+                        self.task_took = Some(ended.saturating_duration_since(started));
+                        value
+                    }};
+                }
+                match kind {
+                    TaskKind::Acquire(handle) => match finish!(handle) {
+                        Ok(guard) => {
+                            self.register(&name, guard);
+                            done
                         }
+                        Err(error) => Ok(Err(kind_of(&error))),
+                    },
+                    TaskKind::LatchWait(handle) => {
+                        Ok(finish!(handle).map(latch_word).map_err(|e| kind_of(&e)))
                     }
-                    Task::LatchWait(handle) => {
-                        match tokio::time::timeout(within, handle)
-                            .await
-                            .map_err(|_| late())?
-                        {
-                            Ok(result) => Ok(result.map(latch_word).map_err(|e| kind_of(&e))),
-                            Err(join) => Err(format!("task {name} panicked: {join}")),
+                    TaskKind::Command(handle) => Ok(match finish!(handle) {
+                        Ok(value) => json_of(value),
+                        Err(error) => Err(redis_kind(&error)),
+                    }),
+                    TaskKind::Campaign(handle) => match finish!(handle) {
+                        Ok(leadership) => {
+                            self.register(&name, leadership);
+                            done
                         }
-                    }
-                    Task::Command(handle) => {
-                        match tokio::time::timeout(within, handle)
-                            .await
-                            .map_err(|_| late())?
-                        {
-                            Ok(Ok(value)) => Ok(json_of(value)),
-                            Ok(Err(error)) => Ok(Err(redis_kind(&error))),
-                            Err(join) => Err(format!("task {name} panicked: {join}")),
-                        }
-                    }
-                    Task::Campaign(handle) => {
-                        match tokio::time::timeout(within, handle)
-                            .await
-                            .map_err(|_| late())?
-                        {
-                            Ok(Ok(leadership)) => {
-                                self.register(&name, leadership);
-                                done
-                            }
-                            Ok(Err(error)) => Ok(Err(kind_of(&error))),
-                            Err(join) => Err(format!("task {name} panicked: {join}")),
-                        }
-                    }
+                        Err(error) => Ok(Err(kind_of(&error))),
+                    },
+                    TaskKind::Renew(handle) => Ok(finish!(handle)
+                        .map(|()| Json::Null)
+                        .map_err(|e| kind_of(&e))),
                 }
             }
             "cancel" => {
@@ -726,27 +841,16 @@ impl Runner {
                 // Rust: "Dropping the future cancels the request"). A guard
                 // granted before the abort is dropped too, which releases it.
                 let name = step.task.clone().ok_or("no task")?;
-                let task = self
-                    .tasks
-                    .remove(&name)
-                    .ok_or_else(|| format!("unknown task {name}"))?;
-                match task {
-                    Task::Acquire(handle) => {
-                        handle.abort();
-                        let _ = handle.await;
+                match self.tasks.remove(&name) {
+                    Some(task) => task.kind.cancel().await,
+                    // Awaited already: the grant won; the canceller drops
+                    // what it got, which releases it.
+                    None if self.awaited.contains(&name) => {
+                        if let Some(slot) = self.guards.get_mut(&name) {
+                            drop(slot.guard.take());
+                        }
                     }
-                    Task::LatchWait(handle) => {
-                        handle.abort();
-                        let _ = handle.await;
-                    }
-                    Task::Command(handle) => {
-                        handle.abort();
-                        let _ = handle.await;
-                    }
-                    Task::Campaign(handle) => {
-                        handle.abort();
-                        let _ = handle.await;
-                    }
+                    None => return Err(format!("unknown task {name}")),
                 }
                 done
             }
@@ -780,11 +884,11 @@ impl Runner {
             }
             "latch_wait" => {
                 let task = self.start(step).await?;
-                let Task::LatchWait(handle) = task else {
+                let TaskKind::LatchWait(handle) = task else {
                     unreachable!("start gives a latch wait")
                 };
                 match handle.await {
-                    Ok(result) => Ok(result.map(latch_word).map_err(|e| kind_of(&e))),
+                    Ok((result, _)) => Ok(result.map(latch_word).map_err(|e| kind_of(&e))),
                     Err(join) => Err(format!("latch wait panicked: {join}")),
                 }
             }
@@ -855,9 +959,35 @@ impl Runner {
                     .map_err(|e| format!("INFO commandstats: {e}"))?;
                 Ok(Ok(Json::from(dlock_calls(&text))))
             }
-            "restart_server" => {
+            "restart_server" | "start_server" => {
                 self.conns.clear();
                 tokio::task::block_in_place(|| self.server.restart());
+                self.server_down = false;
+                done
+            }
+            "stop_server" => {
+                self.conns.clear();
+                tokio::task::block_in_place(|| self.server.kill());
+                self.server_down = true;
+                done
+            }
+            "pause_server" => {
+                let ms = step.ms.ok_or("no ms")?;
+                // Opening a Rust client is a call of its own (the async
+                // `Client::open`, which connects), made by the caller before
+                // the calls whose bounds this scenario checks: the clients
+                // the scenario names are opened now, before the stall.
+                for name in self.scenario_clients.clone() {
+                    self.client(&Some(name)).await?;
+                }
+                let mut conn = self.new_raw().await?;
+                let _: redis::Value = redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(ms)
+                    .arg("ALL")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| format!("CLIENT PAUSE: {e}"))?;
                 done
             }
             "sleep" => {
@@ -867,15 +997,15 @@ impl Runner {
             "campaign" => {
                 let name = step.name.clone().ok_or("campaign needs `as`")?;
                 let task = self.start(step).await?;
-                let Task::Campaign(handle) = task else {
+                let TaskKind::Campaign(handle) = task else {
                     unreachable!("start gives a campaign")
                 };
                 match handle.await {
-                    Ok(Ok(leadership)) => {
+                    Ok((Ok(leadership), _)) => {
                         self.register(&name, leadership);
                         done
                     }
-                    Ok(Err(error)) => Ok(Err(kind_of(&error))),
+                    Ok((Err(error), _)) => Ok(Err(kind_of(&error))),
                     Err(join) => Err(format!("campaign panicked: {join}")),
                 }
             }
@@ -884,6 +1014,8 @@ impl Runner {
                 let slot = self.guards.get_mut(&name).ok_or("unknown guard")?;
                 let held = slot.guard.take().ok_or("the guard was released already")?;
                 slot.lost_at_release = !held.is_held();
+                let held = Arc::try_unwrap(held)
+                    .map_err(|_| format!("guard {name} is still used by a background step"))?;
                 Ok(held
                     .release()
                     .await
@@ -945,12 +1077,12 @@ impl Runner {
     /// Forgets everything of the last scenario and empties the server.
     async fn reset(&mut self) -> Result<(), String> {
         for (_, task) in self.tasks.drain() {
-            match task {
-                Task::Acquire(handle) => handle.abort(),
-                Task::LatchWait(handle) => handle.abort(),
-                Task::Command(handle) => handle.abort(),
-                Task::Campaign(handle) => handle.abort(),
-            }
+            task.kind.abort();
+        }
+        self.awaited.clear();
+        if self.server_down {
+            tokio::task::block_in_place(|| self.server.restart());
+            self.server_down = false;
         }
         for (_, observing) in self.observers.drain() {
             observing.task.abort();
@@ -1011,6 +1143,10 @@ async fn conformance() {
         tasks: HashMap::new(),
         observers: HashMap::new(),
         vars: HashMap::new(),
+        server_down: false,
+        scenario_clients: Vec::new(),
+        awaited: std::collections::HashSet::new(),
+        task_took: None,
     };
     let only = std::env::var("DLOCK_CONFORMANCE_ONLY").ok();
     let (mut run, mut skipped, mut failures) = (0, 0, Vec::new());
@@ -1045,15 +1181,33 @@ async fn conformance() {
             }
             run += 1;
             let started = Instant::now();
-            let mut outcome = runner.reset().await;
-            for (index, step) in scenario.steps.iter().enumerate() {
+            let mut clients: Vec<String> = Vec::new();
+            for name in scenario.steps.iter().filter_map(|step| step.client.clone()) {
+                if !clients.contains(&name) {
+                    clients.push(name);
+                }
+            }
+            let repeat = scenario.repeat.unwrap_or(1);
+            let mut outcome = Ok(());
+            for round in 1..=repeat {
                 if outcome.is_err() {
                     break;
                 }
-                outcome = runner
-                    .step(step)
-                    .await
-                    .map_err(|e| format!("step {} ({}): {e}", index + 1, step.op));
+                outcome = runner.reset().await;
+                runner.scenario_clients = clients.clone();
+                for (index, step) in scenario.steps.iter().enumerate() {
+                    if outcome.is_err() {
+                        break;
+                    }
+                    outcome = runner.step(step).await.map_err(|e| {
+                        let run = if repeat > 1 {
+                            format!("run {round} of {repeat}, ")
+                        } else {
+                            String::new()
+                        };
+                        format!("{run}step {} ({}): {e}", index + 1, step.op)
+                    });
+                }
             }
             match outcome {
                 Ok(()) => eprintln!(

@@ -327,3 +327,37 @@ async fn multi_lock_round_trip() {
     })
     .await;
 }
+
+/// R9.2: a latch count or ttl above 2^53-1 is refused before anything is
+/// sent (the server would refuse it too, after a round trip).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_beyond_2_53_is_refused_before_sending() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    let dlock = client_of(&server).await;
+    let calls = |conn: &mut common::Connection| -> String {
+        redis::cmd("INFO").arg("commandstats").query(conn).unwrap()
+    };
+    let before = calls(&mut conn);
+    let latch = dlock.latch("big");
+    let too_big = 1u64 << 53;
+    assert!(matches!(
+        latch.create(too_big, Duration::from_secs(1)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        latch.create(1, Duration::from_millis(too_big)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let after = calls(&mut conn);
+    let latch_calls = |text: &str| {
+        text.lines()
+            .find(|line| line.starts_with("cmdstat_dlock.latch:"))
+            .map(str::to_string)
+    };
+    assert_eq!(latch_calls(&before), latch_calls(&after), "nothing sent");
+    assert!(latch
+        .create((1 << 53) - 1, Duration::from_secs(1))
+        .await
+        .unwrap());
+}
