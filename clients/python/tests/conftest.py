@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -27,6 +28,16 @@ from redis.retry import Retry
 
 from dlock._core import parse_info
 from dlock._sync import call_on_own_connection
+
+
+def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
+    # The interrupted-wait tests send SIGINT to the process and expect
+    # KeyboardInterrupt. A shell starts a background job (`make test &`
+    # without job control, nohup, some CI runners) with SIGINT ignored, and
+    # Python then installs no handler: the signal would be dropped and the
+    # tests fail for a reason that is not dlock's. Restore Python's own.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[3]
 PATIENCE = 20.0
