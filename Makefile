@@ -37,7 +37,8 @@ lint: deps
 # and network namespaces, and says why when it skips.
 # Two lanes run at once, as most of their time is spent waiting on servers:
 # `test-rust` (compiles and runs the module's, the Rust client's and the
-# CLI's tests, then the server and Rust benches' quick runs) and
+# CLI's tests, then the server and Rust benches' quick runs, then the
+# Python client's suite) and
 # `test-clients` (every other client, dist-check, robustness-short, their
 # benches' quick runs). The clients lane loads its own copy of the module
 # and the CLI (target/test-module/), because the Rust lane's `cargo test`
@@ -60,9 +61,18 @@ test-rust:
 		&& echo "== integration-suites: passed in $$(( $$(date +%s) - start )) s"
 	@start=$$(date +%s); $(MAKE) --no-print-directory bench-rust QUICK=1 \
 		&& echo "== bench-rust QUICK=1: passed in $$(( $$(date +%s) - start )) s"
+	@for suite in $(RUST_LANE_SUITES); do \
+		start=$$(date +%s); \
+		DLOCK_MODULE=$(TEST_MODULE_DIR)/libdlock.so DLOCK_CLI=$(TEST_MODULE_DIR)/dlock \
+			$(MAKE) --no-print-directory -j1 $$suite || exit 1; \
+		echo "== $$suite: passed in $$(( $$(date +%s) - start )) s"; \
+	done
 
+# A client's suite that shares nothing with the clients lane's builds
+# (RUST_LANE_SUITES: python-test) runs at the end of the Rust lane, which
+# is shorter, to even the lanes out.
 # Each client's fragment adds its suite to CLIENT_SUITES (go-test,
-# robustness-short, java-test, node-test, python-test); they run one after
+# robustness-short, java-test, node-test); they run one after
 # another (-j1: dist and java-test both build clients/java), after
 # dist-check, then the clients' quick bench runs.
 test-clients: export DLOCK_MODULE = $(TEST_MODULE_DIR)/libdlock.so
@@ -195,7 +205,8 @@ dist-check: dist
 
 # Each client's build and suite: clients/<lang>/client.mk adds its own
 # target to CLIENT_SUITES, which `test-clients` runs (go-test, java-test,
-# node-test, python-test; robustness.mk adds robustness-short), and to
+# node-test; robustness.mk adds robustness-short) or to RUST_LANE_SUITES,
+# which `test-rust` runs after its own (python-test), and to
 # `bench` where it has one (go-bench, java-bench, node-bench). The Rust
 # client (clients/rust) is a workspace member: its suites run in `test`
 # above and in the integration runs.

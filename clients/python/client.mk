@@ -9,7 +9,7 @@ PYVENV := target/python-venv
 PYREDIS_OLDEST := 5.0.1
 PYREDIS_OLD := target/python-redis$(PYREDIS_OLDEST)
 .PHONY: python-test
-CLIENT_SUITES += python-test
+RUST_LANE_SUITES += python-test
 python-test: build $(PYVENV)/.installed $(PYREDIS_OLD)/.installed
 	cd clients/python && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" ../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider
 	cd clients/python && PYTHONPATH=../../$(PYREDIS_OLD) ../../$(PYVENV)/bin/python -c 'import redis, sys; sys.exit(redis.__version__ != "$(PYREDIS_OLDEST)")'
