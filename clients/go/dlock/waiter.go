@@ -184,7 +184,9 @@ func (p *waiterPool) get(ctx context.Context) (*waiter, error) {
 	// stalled server's handshake ends with ctx.
 	stop := context.AfterFunc(ctx, w.abort)
 	err := w.rdb.Ping(ctx).Err()
-	if !stop() && err == nil {
+	if !stop() || ctx.Err() != nil {
+		// ctx ended the handshake: the call's error is ctx's (Canceled,
+		// DeadlineExceeded), not the i/o timeout that abort caused.
 		err = ctx.Err()
 	}
 	if err != nil {
