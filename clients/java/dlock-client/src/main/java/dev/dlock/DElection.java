@@ -232,6 +232,13 @@ public final class DElection {
                         connection.discard();
                         throw e;
                     }
+                    if (closed) {
+                        // close() ran while the watch was being opened or sent: its interrupt may have
+                        // landed where nothing looks at it, and the watch would wait in the server for
+                        // WATCH_TIMEOUT_MS. Closing the connection ends it at once (R4.3).
+                        connection.discard();
+                        return;
+                    }
                     Object value = client.awaitBlocking(connection, reply, WATCH_TIMEOUT_MS, true, keyBytes, () -> {}, late -> {});
                     if (value == null) {
                         continue;
