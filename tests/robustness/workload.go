@@ -196,25 +196,39 @@ func (w *worker) acquire(ctx context.Context, h *holdSpec, reentry bool) Output 
 	return out
 }
 
-// checkLeftover reads DLOCK.INFO right after a cancelled wait: the owner
-// must be neither queued nor holding.
+// checkLeftover reads DLOCK.INFO after a cancelled wait: the owner must
+// be neither queued nor holding. The client's clean-up (CLIENT UNBLOCK, the
+// release of a grant that raced the cancel) runs in the background (R4.7),
+// so the check looks again for up to leftoverPatience before it records
+// what it saw last.
 func (w *worker) checkLeftover(h *holdSpec, call int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	v, err := w.rdb.Do(ctx, "DLOCK.INFO", h.key).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return // server unavailable: no check
+	deadline := time.Now().Add(leftoverPatience)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		v, err := w.rdb.Do(ctx, "DLOCK.INFO", h.key).Result()
+		cancel()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return // server unavailable: no check
+		}
+		queue, holders := parseInfo(v)
+		l := Leftover{Key: h.key, Owner: h.owner, Call: call, At: w.rec.Now()}
+		for _, o := range queue {
+			l.Queued = l.Queued || o == h.owner
+		}
+		for _, o := range holders {
+			l.Holds = l.Holds || o == h.owner
+		}
+		if (!l.Queued && !l.Holds) || time.Now().After(deadline) {
+			w.rec.Leftover(l)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	queue, holders := parseInfo(v)
-	l := Leftover{Key: h.key, Owner: h.owner, Call: call, At: w.rec.Now()}
-	for _, o := range queue {
-		l.Queued = l.Queued || o == h.owner
-	}
-	for _, o := range holders {
-		l.Holds = l.Holds || o == h.owner
-	}
-	w.rec.Leftover(l)
 }
+
+// leftoverPatience bounds how long a cancelled wait's background clean-up
+// may take before what it left counts as left behind.
+const leftoverPatience = time.Second
 
 // parseInfo reads the queue's owners and the holders' owners of a
 // DLOCK.INFO reply (RESP2 array or RESP3 map; null: no lock).
