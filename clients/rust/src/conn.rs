@@ -362,6 +362,63 @@ impl<T> Caller<T> {
     }
 }
 
+/// A blocking read (`DLOCK.AWAIT`, `DLOCK.WATCH`: nothing to give back
+/// when it races a cancel) for a request running in a task of its own: a
+/// connection of the pool taken by `deadline`, the command sent on it, the
+/// caller answered with a timeout as soon as the deadline passes (R4.6),
+/// the clean-up after that answer (R4.7), the connection given back.
+/// `Some`: the reply, for the caller to parse; `None`: the caller has its
+/// answer already (a timeout, an error) or went away.
+pub(crate) async fn blocking_read(
+    inner: &Inner,
+    caller: &Caller<crate::Result<impl Sized>>,
+    key: &[u8],
+    cmd: &Cmd,
+    deadline: Option<Instant>,
+) -> Option<Value> {
+    let taken = inner
+        .pool
+        .take_by(&inner.opener, &inner.config, key, deadline, caller.gone())
+        .await;
+    let mut conn = match taken {
+        Ok(Some(conn)) => conn,
+        Ok(None) => return None,
+        Err(None) => {
+            caller.answer(Err(crate::Error::Timeout));
+            return None;
+        }
+        Err(Some(error)) => {
+            caller.answer(Err(error.into()));
+            return None;
+        }
+    };
+    let outcome = conn
+        .call_blocking(
+            inner,
+            key,
+            cmd,
+            deadline,
+            caller.gone(),
+            |timed_out| {
+                if timed_out {
+                    caller.answer(Err(crate::Error::Timeout));
+                }
+            },
+            async {},
+        )
+        .await;
+    inner.pool.give_back(conn);
+    match outcome {
+        Blocking::Replied(Ok(reply)) => Some(reply),
+        Blocking::Replied(Err(error)) => {
+            caller.answer(Err(error.into()));
+            None
+        }
+        // The caller has its timeout, or went away.
+        Blocking::Abandoned { .. } => None,
+    }
+}
+
 /// Idle dedicated connections, reused by later blocking waits.
 pub(crate) struct Pool {
     idle: Mutex<Vec<Dedicated>>,

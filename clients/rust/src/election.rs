@@ -25,7 +25,7 @@ use redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::conn::{Blocking, Caller};
+use crate::conn::{blocking_read, Caller};
 use crate::{Client, Error, Guard, Result, DEFAULT_LEASE};
 
 /// Separates a campaign's value from its unique id in the owner string.
@@ -333,42 +333,13 @@ impl Election {
             let inner = &client.inner;
             let deadline =
                 Instant::now().checked_add(wait.saturating_add(inner.config.wait_margin));
-            let taken = inner
-                .pool
-                .take_by(&inner.opener, &inner.config, &key, deadline, caller.gone())
-                .await;
-            let mut conn = match taken {
-                Ok(Some(conn)) => conn,
-                Ok(None) => return,
-                Err(None) => return caller.answer(Err(Error::Timeout)),
-                Err(Some(error)) => return caller.answer(Err(error.into())),
-            };
             let wait_ms = u64::try_from(wait.as_millis())
                 .unwrap_or(u64::MAX)
                 .clamp(1, (1 << 53) - 1);
             let mut cmd = redis::cmd("DLOCK.WATCH");
             cmd.arg(key.as_slice()).arg(last).arg(wait_ms);
-            let outcome = conn
-                .call_blocking(
-                    inner,
-                    &key,
-                    &cmd,
-                    deadline,
-                    caller.gone(),
-                    |timed_out| {
-                        if timed_out {
-                            caller.answer(Err(Error::Timeout));
-                        }
-                    },
-                    async {},
-                )
-                .await;
-            inner.pool.give_back(conn);
-            match outcome {
-                Blocking::Replied(Ok(value)) => caller.answer(parse_watch(value)),
-                Blocking::Replied(Err(error)) => caller.answer(Err(error.into())),
-                // The caller has its timeout, or went away.
-                Blocking::Abandoned { .. } => {}
+            if let Some(value) = blocking_read(inner, &caller, &key, &cmd, deadline).await {
+                caller.answer(parse_watch(value));
             }
         });
         match receiver.await {

@@ -6,7 +6,7 @@ use redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::conn::{Blocking, Caller};
+use crate::conn::{blocking_read, Caller};
 use crate::{Client, Error, Result};
 
 /// The largest count and ttl (ms) of a latch: 2^53-1, as the server's.
@@ -218,38 +218,10 @@ impl Latch {
             let deadline = timeout.and_then(|t| {
                 Instant::now().checked_add(t.saturating_add(inner.config.wait_margin))
             });
-            let taken = inner
-                .pool
-                .take_by(&inner.opener, &inner.config, &key, deadline, caller.gone())
-                .await;
-            let mut conn = match taken {
-                Ok(Some(conn)) => conn,
-                Ok(None) => return,
-                Err(None) => return caller.answer(Err(Error::Timeout)),
-                Err(Some(error)) => return caller.answer(Err(error.into())),
-            };
             let mut cmd = redis::cmd("DLOCK.AWAIT");
             cmd.arg(key.as_slice()).arg(ms);
-            let outcome = conn
-                .call_blocking(
-                    inner,
-                    &key,
-                    &cmd,
-                    deadline,
-                    caller.gone(),
-                    |timed_out| {
-                        if timed_out {
-                            caller.answer(Err(Error::Timeout));
-                        }
-                    },
-                    async {},
-                )
-                .await;
-            inner.pool.give_back(conn);
-            let reply = match outcome {
-                Blocking::Replied(Ok(reply)) => reply,
-                Blocking::Replied(Err(error)) => return caller.answer(Err(error.into())),
-                Blocking::Abandoned { .. } => return,
+            let Some(reply) = blocking_read(inner, &caller, &key, &cmd, deadline).await else {
+                return;
             };
             caller.answer(match reply {
                 Value::Int(1) => Ok(LatchWait::Opened),
