@@ -114,12 +114,16 @@ func TestStalledServer(t *testing.T) {
 			var ne net.Error
 			return errors.As(err, &ne) && ne.Timeout()
 		})
+		// R4.6: lost once the local deadline has passed, or earlier the
+		// shared connection's read timeout (1 s), which comes first when
+		// the watchdog renewed short (at ttl/3) before the pause began.
 		check("Renew", renew, 1500*time.Millisecond+500*time.Millisecond, func(err error) bool {
-			return errors.Is(err, dlock.ErrLockLost)
+			var ne net.Error
+			return errors.Is(err, dlock.ErrLockLost) || (errors.As(err, &ne) && ne.Timeout())
 		})
-		if !errors.Is(short.Err(), dlock.ErrLockLost) {
-			t.Errorf("the guard whose renewal went unanswered: %v, want lost", short.Err())
-		}
+		eventually(t, 2*time.Second, "the guard whose renewal went unanswered is lost", func() bool {
+			return errors.Is(short.Err(), dlock.ErrLockLost)
+		})
 		if time.Since(paused) >= pause {
 			t.Fatalf("the calls outlasted the pause (%v): nothing was tested", time.Since(paused))
 		}
