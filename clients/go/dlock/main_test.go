@@ -47,12 +47,24 @@ func modulePath() string {
 }
 
 func valkeyPath() (string, error) {
-	if v := os.Getenv("DLOCK_VALKEY_SERVER"); v != "" {
+	return serverPath("DLOCK_VALKEY_SERVER", "fetch-valkey.sh")
+}
+
+// redis8Path: Redis 8 (DLOCK_REDIS8_SERVER, else scripts/fetch-redis8.sh,
+// which builds it once into target/redis8).
+func redis8Path() (string, error) {
+	return serverPath("DLOCK_REDIS8_SERVER", "fetch-redis8.sh")
+}
+
+// serverPath: the binary named by the environment variable, else the path
+// the fetch script prints.
+func serverPath(env, script string) (string, error) {
+	if v := os.Getenv(env); v != "" {
 		return v, nil
 	}
-	out, err := exec.Command(filepath.Join(repoRoot(), "scripts", "fetch-valkey.sh")).Output()
+	out, err := exec.Command(filepath.Join(repoRoot(), "scripts", script)).Output()
 	if err != nil {
-		return "", fmt.Errorf("fetch-valkey.sh: %w", err)
+		return "", fmt.Errorf("%s: %w", script, err)
 	}
 	return strings.TrimSpace(string(out)), nil
 }
@@ -236,6 +248,9 @@ func run(m *testing.M) int {
 	if redisBin == "" {
 		redisBin = "redis-server"
 	}
+	// The servers to test on, a comma-separated list of redis (redis-server
+	// or DLOCK_REDIS_SERVER: Redis 7.0 on Debian 12), redis8
+	// (DLOCK_REDIS8_SERVER) and valkey (DLOCK_VALKEY_SERVER).
 	kinds := os.Getenv("DLOCK_GO_SERVERS")
 	if kinds == "" {
 		kinds = "redis,valkey"
@@ -243,32 +258,51 @@ func run(m *testing.M) int {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var firstErr error
-	for _, kind := range strings.Split(kinds, ",") {
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	names := strings.Split(kinds, ",")
+	started := make([]*server, len(names))
+	for i, kind := range names {
 		kind := strings.TrimSpace(kind)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bin := redisBin
-			if kind == "valkey" {
-				var err error
-				if bin, err = valkeyPath(); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
-				}
+			var bin string
+			var err error
+			switch kind {
+			case "redis":
+				bin = redisBin
+			case "redis8":
+				bin, err = redis8Path()
+			case "valkey":
+				bin, err = valkeyPath()
+			default:
+				err = fmt.Errorf("DLOCK_GO_SERVERS: unknown server %q (redis, redis8, valkey)", kind)
 			}
-			s, err := startServer(kind, bin)
-			mu.Lock()
-			defer mu.Unlock()
 			if err != nil {
-				firstErr = err
+				fail(err)
 				return
 			}
-			servers = append(servers, s)
+			s, err := startServer(kind, bin)
+			if err != nil {
+				fail(err)
+				return
+			}
+			started[i] = s
 		}()
 	}
 	wg.Wait()
+	// A stable order: that of DLOCK_GO_SERVERS.
+	for _, s := range started {
+		if s != nil {
+			servers = append(servers, s)
+		}
+	}
 	defer func() {
 		for _, s := range servers {
 			s.stop()
@@ -277,10 +311,6 @@ func run(m *testing.M) int {
 	if firstErr != nil {
 		fmt.Fprintln(os.Stderr, firstErr)
 		return 1
-	}
-	// A stable order: redis first.
-	if len(servers) == 2 && servers[0].name != "redis" {
-		servers[0], servers[1] = servers[1], servers[0]
 	}
 	os.Setenv("DLOCK_EXAMPLE_ADDR", servers[0].addr)
 	return m.Run()
