@@ -1,11 +1,15 @@
 package dev.dlock.jedis;
 
 import dev.dlock.BlockingConnection;
+import dev.dlock.DLockTimeoutException;
 import dev.dlock.Transport;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import redis.clients.jedis.CommandArguments;
@@ -21,7 +25,11 @@ import redis.clients.jedis.util.JedisClusterCRC16;
  * {@code getConnectionFromSlot}), never through {@code JedisCluster}'s own retry loop, which
  * re-sends a command after a connection error. A {@code MOVED} reply (during resharding) is
  * reported as an error; renewals retry it until their deadline. Blocking waits hold a pooled
- * connection of that master with an infinite socket timeout.
+ * connection of that master with an infinite socket timeout. No caller waits past its own bound
+ * (R4.6), whatever the cluster client's timeouts: commands run on the transport's threads (one
+ * per call in flight, so a stalled node holds up no call to another), and a wait's connection is
+ * borrowed (connected if need be) and identified there too, the caller waiting for it only until
+ * its deadline.
  */
 @SuppressWarnings("deprecation") // JedisCluster: deprecated in Jedis 7 but what most applications have
 public final class JedisClusterTransport implements Transport {
@@ -33,7 +41,9 @@ public final class JedisClusterTransport implements Transport {
     private JedisClusterTransport(JedisCluster cluster, boolean ownsCluster) {
         this.cluster = cluster;
         this.ownsCluster = ownsCluster;
-        this.calls = Executors.newFixedThreadPool(4, daemon("dlock-jedis-cluster-call"));
+        // As many threads as calls in flight: a call held up by a stalled node (until its
+        // socket timeout) never delays a call to another node (R4.7).
+        this.calls = Executors.newCachedThreadPool(daemon("dlock-jedis-cluster-call"));
         this.waits = Executors.newCachedThreadPool(daemon("dlock-jedis-cluster-wait"));
     }
 
@@ -92,21 +102,68 @@ public final class JedisClusterTransport implements Transport {
         return reply;
     }
 
+    /** How long opening a wait's connection may take when the caller gives no bound. */
+    private static final long OPEN_BOUND_NANOS = TimeUnit.SECONDS.toNanos(20);
+
     @Override
     public BlockingConnection openBlocking(byte[] routingKey) {
-        Connection connection;
+        return openBlocking(routingKey, System.nanoTime() + OPEN_BOUND_NANOS);
+    }
+
+    /**
+     * A wait's connection by {@code deadlineNanos}: borrowing it (which may connect, with its
+     * handshake) and its {@code CLIENT ID} run on one of the transport's threads, and the caller
+     * waits for them only until its deadline, whatever the cluster client's socket timeouts (a
+     * connection that comes later goes back to the pool).
+     */
+    @Override
+    public BlockingConnection openBlocking(byte[] routingKey, long deadlineNanos) {
+        CompletableFuture<Dedicated> opening = new CompletableFuture<>();
         try {
-            connection = connectionFor(routingKey);
+            waits.execute(() -> {
+                Connection connection;
+                try {
+                    connection = connectionFor(routingKey);
+                } catch (Throwable e) {
+                    opening.completeExceptionally(JedisTransport.translate(e));
+                    return;
+                }
+                try {
+                    Object id = connection.executeCommand(arguments(new byte[][] {"CLIENT".getBytes(), "ID".getBytes()}));
+                    if (!opening.complete(new Dedicated(connection, (Long) id))) {
+                        connection.close();
+                    }
+                } catch (Throwable e) {
+                    connection.setBroken();
+                    connection.close();
+                    opening.completeExceptionally(JedisTransport.translate(e));
+                }
+            });
         } catch (RuntimeException e) {
             throw JedisTransport.translate(e);
         }
+        boolean interrupted = false;
         try {
-            Object id = connection.executeCommand(arguments(new byte[][] {"CLIENT".getBytes(), "ID".getBytes()}));
-            return new Dedicated(connection, (Long) id);
-        } catch (RuntimeException e) {
-            connection.setBroken();
-            connection.close();
-            throw JedisTransport.translate(e);
+            while (true) {
+                try {
+                    return opening.get(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    // The wait that follows sees the interrupt at once.
+                    interrupted = true;
+                } catch (TimeoutException e) {
+                    if (!opening.cancel(false)) {
+                        // Opened as the deadline passed: not used, given back.
+                        opening.thenAccept(Dedicated::recycle);
+                    }
+                    throw new DLockTimeoutException("no connection in time: the node does not answer");
+                } catch (ExecutionException e) {
+                    throw JedisTransport.translate(e.getCause());
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
         }
     }
 

@@ -9,11 +9,13 @@ import dev.dlock.DLock;
 import dev.dlock.DLockClient;
 import dev.dlock.DLockConfig;
 import dev.dlock.Lease;
+import dev.dlock.testkit.ClusterStall;
 import dev.dlock.testkit.LockInfo;
 import dev.dlock.testkit.Poll;
 import dev.dlock.testkit.RedisClusterServers;
 import dev.dlock.testkit.RedisServer;
 import redis.clients.jedis.HostAndPort;
+import redis.clients.jedis.JedisCluster;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -90,6 +92,16 @@ class JedisClusterTest {
             try (Lease both = dlock.getMultiLock("{order:7}:a", "{order:7}:b").acquire(Duration.ofSeconds(1))) {
                 RedisServer tagged = cluster.nodeFor("{order:7}:a");
                 assertEquals(both.tokens()[1], LockInfo.of(tagged, "{order:7}:b").token());
+            }
+
+            // R4.6, R4.7: a frozen node (on one server kind: it takes the freeze's 10 s).
+            // The application's JedisCluster has socket timeouts longer than the calls' bounds
+            // (15 s): the transport bounds each call, and each connection it opens, itself.
+            if (kind == RedisServer.Kind.REDIS) {
+                try (JedisCluster application = new JedisCluster(
+                        Set.of(new HostAndPort("127.0.0.1", cluster.nodes().get(0).port())), 15_000)) {
+                    ClusterStall.frozenNodeBoundsEachCall(cluster, () -> JedisClusterTransport.create(application));
+                }
             }
         }
     }

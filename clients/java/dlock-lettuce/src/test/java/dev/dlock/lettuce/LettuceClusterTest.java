@@ -9,6 +9,7 @@ import dev.dlock.DLock;
 import dev.dlock.DLockClient;
 import dev.dlock.DLockConfig;
 import dev.dlock.Lease;
+import dev.dlock.testkit.ClusterStall;
 import dev.dlock.testkit.LockInfo;
 import dev.dlock.testkit.Poll;
 import dev.dlock.testkit.RedisClusterServers;
@@ -89,6 +90,11 @@ class LettuceClusterTest {
             try (Lease both = dlock.getMultiLock("{order:7}:a", "{order:7}:b").acquire(Duration.ofSeconds(1))) {
                 RedisServer tagged = cluster.nodeFor("{order:7}:a");
                 assertEquals(both.tokens()[1], LockInfo.of(tagged, "{order:7}:b").token());
+            }
+
+            // R4.6, R4.7: a frozen node (on one server kind: it takes the freeze's 10 s).
+            if (kind == RedisServer.Kind.REDIS) {
+                ClusterStall.frozenNodeBoundsEachCall(cluster, () -> LettuceClusterTransport.create(List.of(RedisURI.create(cluster.nodes().get(0).uri()))));
             }
         }
     }

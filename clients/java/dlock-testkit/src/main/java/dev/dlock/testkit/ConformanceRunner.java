@@ -108,7 +108,19 @@ public final class ConformanceRunner {
             nodes.add(DynamicContainer.dynamicContainer(file.getFileName().toString(), tests));
         }
         nodes.add(DynamicTest.dynamicTest("summary", () -> {
-            System.out.println("conformance (" + kind.name().toLowerCase() + "): " + run + " run, " + skipped + " skipped");
+            // Which server ran them (redis-server 7.0, or 8 in the newest libraries' run).
+            String version = "";
+            if (server != null && server.isAlive()) {
+                String info = String.valueOf(server.call("INFO", "server"));
+                // Valkey also shows the redis_version it is compatible with: its own comes first.
+                for (String field : List.of("valkey_version", "redis_version")) {
+                    java.util.regex.Matcher m = java.util.regex.Pattern.compile(field + ":(\\S+)").matcher(info);
+                    if (version.isEmpty() && m.find()) {
+                        version = " " + m.group(1);
+                    }
+                }
+            }
+            System.out.println("conformance (" + kind.name().toLowerCase() + version + "): " + run + " run, " + skipped + " skipped");
             if (server != null) {
                 server.close();
                 server = null;

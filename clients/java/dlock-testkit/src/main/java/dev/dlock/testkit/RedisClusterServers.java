@@ -16,9 +16,11 @@ public final class RedisClusterServers implements AutoCloseable {
     public static RedisClusterServers start(RedisServer.Kind kind) {
         RedisClusterServers cluster = new RedisClusterServers();
         try {
+            // No replicas, so no failover: a long node timeout keeps a node frozen by a test (up
+            // to about 12 s, ClusterStall) from being marked failed by the others meanwhile.
             for (int i = 0; i < 3; i++) {
                 cluster.nodes.add(RedisServer.start(kind, "--cluster-enabled", "yes",
-                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"));
+                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "30000"));
             }
             int[][] ranges = {{0, 5460}, {5461, 10922}, {10923, 16383}};
             for (int i = 0; i < 3; i++) {
