@@ -5,12 +5,18 @@
 # oldest supported, redis-py 5.0.1, goes to a directory put first on
 # PYTHONPATH for a second, short run: the conformance scenarios and the
 # snippets on Redis 7.0 (the compatibility table of clients/python/README.md).
+# python-lint comes first: ruff (pinned in pyproject's test extras, its
+# settings there too) checks and format-checks the package, its tests and
+# examples; --no-cache writes no .ruff_cache into the work tree.
 PYVENV := target/python-venv
 PYREDIS_OLDEST := 5.0.1
 PYREDIS_OLD := target/python-redis$(PYREDIS_OLDEST)
-.PHONY: python-test
+.PHONY: python-test python-lint
 RUST_LANE_SUITES += python-test
-python-test: build $(PYVENV)/.installed $(PYREDIS_OLD)/.installed
+python-lint: $(PYVENV)/.installed
+	cd clients/python && ../../$(PYVENV)/bin/ruff check --no-cache . && ../../$(PYVENV)/bin/ruff format --no-cache --check . \
+		|| { echo 'ruff: run `ruff check --fix` and `ruff format` in clients/python (target/python-venv/bin/ruff)'; exit 1; }
+python-test: python-lint build $(PYVENV)/.installed $(PYREDIS_OLD)/.installed
 	cd clients/python && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" ../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider
 	cd clients/python && PYTHONPATH=../../$(PYREDIS_OLD) ../../$(PYVENV)/bin/python -c 'import redis, sys; sys.exit(redis.__version__ != "$(PYREDIS_OLDEST)")'
 	cd clients/python && PYTHONPATH=../../$(PYREDIS_OLD) DLOCK_PY_SERVERS=redis ../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider tests/test_conformance.py tests/test_snippets.py

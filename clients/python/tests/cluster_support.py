@@ -6,7 +6,6 @@ each, met through the first node; stopped whatever happens."""
 from __future__ import annotations
 
 import time
-from typing import List, Optional
 
 import redis
 from redis.crc import key_slot
@@ -21,12 +20,18 @@ class ClusterNode(Server):
     """A ``Server`` in cluster mode (``--cluster-port`` a free port, so two
     suites never fight over port+10000)."""
 
-    def _listen_args(self) -> List[str]:
+    def _listen_args(self) -> list[str]:
         self.bus_port = free_port()
         return [
             *super()._listen_args(),
-            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", "2000", "--cluster-port", str(self.bus_port),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--cluster-port",
+            str(self.bus_port),
         ]
 
 
@@ -36,7 +41,7 @@ class Cluster:
 
     def __init__(self, binary: str, kind: str) -> None:
         self.kind = kind
-        self.nodes: List[ClusterNode] = []
+        self.nodes: list[ClusterNode] = []
         try:
             for _ in RANGES:
                 self.nodes.append(ClusterNode(binary, kind))
@@ -68,7 +73,7 @@ class Cluster:
             node.stop()
 
     @property
-    def ports(self) -> List[int]:
+    def ports(self) -> list[int]:
         return [node.port for node in self.nodes]
 
     def client(self, **options: object) -> redis.RedisCluster:
@@ -107,7 +112,7 @@ class Cluster:
                 return name
         raise AssertionError("no key found")
 
-    def info(self, key: str) -> Optional[dict]:
+    def info(self, key: str) -> dict | None:
         """``DLOCK.INFO key`` on the node serving the key."""
         client = self.serving(key).client()
         try:

@@ -18,8 +18,9 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable
 
 import pytest
 import redis
@@ -38,6 +39,7 @@ def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
     # tests fail for a reason that is not dlock's. Restore Python's own.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 REPO = Path(__file__).resolve().parents[3]
 PATIENCE = 20.0
@@ -77,7 +79,7 @@ class Server:
         self.binary = binary
         self.kind = kind
         self.dir = tempfile.mkdtemp(prefix=f"dlock-py-{kind}-")
-        self.process: Optional[subprocess.Popen] = None
+        self.process: subprocess.Popen | None = None
         self.port = 0
         self.tls = tls
         self.ca_file = str(Path(self.dir) / "tls" / "ca.crt")
@@ -97,22 +99,44 @@ class Server:
             raise NoTLS(f"{binary} has no TLS built in")
         raise RuntimeError(f"{kind} did not start; log:\n{log}")
 
-    def _listen_args(self) -> List[str]:
+    def _listen_args(self) -> list[str]:
         if not self.tls:
             return ["--port", str(self.port)]
         certs = Path(self.dir) / "tls"
         return [
-            "--port", "0", "--tls-port", str(self.port),
-            "--tls-cert-file", str(certs / "server.crt"), "--tls-key-file", str(certs / "server.key"),
-            "--tls-ca-cert-file", str(certs / "ca.crt"), "--tls-auth-clients", "no",
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(certs / "server.crt"),
+            "--tls-key-file",
+            str(certs / "server.key"),
+            "--tls-ca-cert-file",
+            str(certs / "ca.crt"),
+            "--tls-auth-clients",
+            "no",
         ]
 
     def _spawn(self) -> bool:
         self.process = subprocess.Popen(
             [
-                self.binary, *self._listen_args(), "--bind", "127.0.0.1",
-                "--dir", self.dir, "--logfile", "server.log", "--daemonize", "no",
-                "--save", "", "--appendonly", "no", "--loadmodule", self.module,
+                self.binary,
+                *self._listen_args(),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir,
+                "--logfile",
+                "server.log",
+                "--daemonize",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--loadmodule",
+                self.module,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -169,7 +193,7 @@ def _valkey_binary() -> str:
     return out.stdout.strip()
 
 
-def _kinds() -> List[str]:
+def _kinds() -> list[str]:
     return [k.strip() for k in os.environ.get("DLOCK_PY_SERVERS", "redis,valkey").split(",") if k.strip()]
 
 
@@ -199,7 +223,7 @@ def tls_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         srv.stop()
 
 
-def _cluster_kinds() -> List[str]:
+def _cluster_kinds() -> list[str]:
     wanted = os.environ.get("DLOCK_PY_CLUSTER_SERVERS", "redis")
     return [k.strip() for k in wanted.split(",") if k.strip() and k.strip() in _kinds()]
 
@@ -235,7 +259,7 @@ def key(request: pytest.FixtureRequest) -> str:
     return f"{request.node.name}:{uuid.uuid4().hex[:8]}"
 
 
-def require(server: Server, *commands: str, option: Optional[str] = None) -> None:
+def require(server: Server, *commands: str, option: str | None = None) -> None:
     """Skips the test when the server lacks a command (not merged yet)."""
     for command in commands:
         if not server.has_command(command):
@@ -253,7 +277,7 @@ def require_shared(server: Server) -> None:
     client.execute_command("DLOCK.RELEASE", probe, "probe", "SHARED")
 
 
-def info(client: redis.Redis, key: str) -> Optional[dict]:
+def info(client: redis.Redis, key: str) -> dict | None:
     """DLOCK.INFO as a dict with str keys (RESP2 pairs or a RESP3 map)."""
     return parse_info(client.execute_command("DLOCK.INFO", key))
 

@@ -156,7 +156,7 @@ def test_a_paused_server_holds_no_call_past_its_bound(server):
     # (R5.3 applies to a read timeout), the holder still holds.
     observer = server.client(socket_timeout=30)
     for key in (free, afree):
-        wait_until(lambda: info(observer, key) is None, timeout=PAUSE_MS / 1000 + 10, what=f"{key} left free")
+        wait_until(lambda key=key: info(observer, key) is None, timeout=PAUSE_MS / 1000 + 10, what=f"{key} left free")
     wait_until(lambda: info(observer, held)["waiting"] == 0, what="no waiter left")
     assert info(observer, held)["owner"] == holder.local.token
     holder.release()
@@ -200,7 +200,9 @@ def test_with_the_server_down_renew_and_release_end_in_time():
                     assert isinstance(renewed, (dlock.LockLostError, redis.exceptions.RedisError)), renewed
                     assert took < DOWN_LEASE + SLACK, took
                     assert lock.lost.is_set() or isinstance(renewed, redis.exceptions.ConnectionError)
-                releases = await asyncio.gather(_atimed(alock.release()), loop.run_in_executor(None, _timed, slock.release))
+                releases = await asyncio.gather(
+                    _atimed(alock.release()), loop.run_in_executor(None, _timed, slock.release)
+                )
                 for released, took in releases:
                     assert isinstance(released, redis.exceptions.RedisError), released
                     assert took < MARGIN + SLACK, took
