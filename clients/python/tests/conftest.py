@@ -3,10 +3,13 @@ loaded, on a free port in a temporary directory, stopped at the end of the
 session whatever happens (as tests/common/mod.rs does for the Rust suites).
 
 ``DLOCK_MODULE`` selects the module (default: target/release/libdlock.so of
-this repository), ``DLOCK_REDIS_SERVER`` the redis-server binary (default
-``redis-server``), ``DLOCK_VALKEY_SERVER`` the Valkey binary (default: what
-scripts/fetch-valkey.sh prints) and ``DLOCK_PY_SERVERS`` which of the two
-run (``redis,valkey`` by default)."""
+this repository), ``DLOCK_REDIS_SERVER`` the redis-server binary of kind
+``redis`` (default ``redis-server``, Redis 7.0 here), ``DLOCK_REDIS8_SERVER``
+the one of kind ``redis8`` (default: what scripts/fetch-redis8.sh prints),
+``DLOCK_VALKEY_SERVER`` the Valkey binary (default: what
+scripts/fetch-valkey.sh prints) and ``DLOCK_PY_SERVERS`` which kinds run
+(``redis,valkey`` by default; ``make python-test`` runs ``redis8`` with the
+oldest redis-py)."""
 
 from __future__ import annotations
 
@@ -185,36 +188,50 @@ class Server:
         return bool(reply) and reply[0] is not None
 
 
-def _valkey_binary() -> str:
-    path = os.environ.get("DLOCK_VALKEY_SERVER")
+#: Per server kind: the variable naming its binary, and the script that
+#: prints one when the variable is unset (None: ``redis-server`` on PATH).
+SERVER_KINDS: dict[str, tuple[str, str | None]] = {
+    "redis": ("DLOCK_REDIS_SERVER", None),
+    "redis8": ("DLOCK_REDIS8_SERVER", "fetch-redis8.sh"),
+    "valkey": ("DLOCK_VALKEY_SERVER", "fetch-valkey.sh"),
+}
+
+
+def server_binary(kind: str) -> str:
+    """The server binary of a kind of ``DLOCK_PY_SERVERS``."""
+    if kind not in SERVER_KINDS:
+        raise ValueError(f"unknown server kind {kind!r} (known: {', '.join(SERVER_KINDS)})")
+    variable, script = SERVER_KINDS[kind]
+    path = os.environ.get(variable)
     if path:
         return path
-    out = subprocess.run([str(REPO / "scripts" / "fetch-valkey.sh")], check=True, capture_output=True, text=True)
+    if script is None:
+        return "redis-server"
+    out = subprocess.run([str(REPO / "scripts" / script)], check=True, capture_output=True, text=True)
     return out.stdout.strip()
 
 
-def _kinds() -> list[str]:
+def server_kinds() -> list[str]:
+    """The kinds of ``DLOCK_PY_SERVERS``, in its order."""
     return [k.strip() for k in os.environ.get("DLOCK_PY_SERVERS", "redis,valkey").split(",") if k.strip()]
 
 
-@pytest.fixture(scope="session", params=_kinds())
+@pytest.fixture(scope="session", params=server_kinds())
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     kind = request.param
-    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
-    srv = Server(binary, kind)
+    srv = Server(server_binary(kind), kind)
     try:
         yield srv
     finally:
         srv.stop()
 
 
-@pytest.fixture(scope="session", params=_kinds())
+@pytest.fixture(scope="session", params=server_kinds())
 def tls_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """A TLS-only server of each kind (skipped where the binary has no TLS)."""
     kind = request.param
-    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
     try:
-        srv = Server(binary, kind, tls=True)
+        srv = Server(server_binary(kind), kind, tls=True)
     except NoTLS as error:
         pytest.skip(str(error))
     try:
@@ -224,21 +241,20 @@ def tls_server(request: pytest.FixtureRequest) -> Iterator[Server]:
 
 
 def _cluster_kinds() -> list[str]:
-    wanted = os.environ.get("DLOCK_PY_CLUSTER_SERVERS", "redis")
-    return [k.strip() for k in wanted.split(",") if k.strip() and k.strip() in _kinds()]
+    wanted = os.environ.get("DLOCK_PY_CLUSTER_SERVERS", "redis,redis8")
+    return [k.strip() for k in wanted.split(",") if k.strip() and k.strip() in server_kinds()]
 
 
 @pytest.fixture(scope="session", params=_cluster_kinds())
 def cluster(request: pytest.FixtureRequest) -> Iterator[object]:
     """A Redis Cluster of three primaries with the module loaded
     (tests/cluster_support.py), for the whole session; stopped whatever
-    happens. ``DLOCK_PY_CLUSTER_SERVERS`` (default ``redis``) says of which
-    kinds of ``DLOCK_PY_SERVERS``."""
+    happens. ``DLOCK_PY_CLUSTER_SERVERS`` (default ``redis,redis8``: the
+    Redis kinds, not Valkey) says of which kinds of ``DLOCK_PY_SERVERS``."""
     from cluster_support import Cluster
 
     kind = request.param
-    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
-    running = Cluster(binary, kind)
+    running = Cluster(server_binary(kind), kind)
     try:
         yield running
     finally:
