@@ -210,7 +210,7 @@ class Cluster:
 
     def fail_over(self, replica: ClusterNode) -> None:
         """``CLUSTER FAILOVER`` on ``replica`` (asked again every 2 s), until
-        it is a primary."""
+        it is a primary and every node knows it (see ``_agrees``)."""
         end = time.monotonic() + PATIENCE
         asked = 0.0
         client = replica.client()
@@ -222,6 +222,37 @@ class Cluster:
                 self._patience(end, "the failover")
         finally:
             client.close()
+        replica_id = self.node_id(replica)
+        for node in self.nodes:
+            while not self._agrees(node, replica_id):
+                self._patience(end, f"node {node.port} to see the new primary")
+
+    @staticmethod
+    def _agrees(node: ClusterNode, primary_id: str) -> bool:
+        """Whether ``node`` sees ``primary_id`` as a primary and every slot
+        served. Until the gossip has reached it, a node may already see the
+        old primary as a replica but not yet the new one as a primary: its
+        slot map then lacks that range, and a ``RedisCluster`` made from it
+        later in the session fails ("All slots are not covered")."""
+        client = node.client()
+        try:
+            reply = client.execute_command("CLUSTER", "NODES")
+        finally:
+            client.close()
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        served = 0
+        promoted = False
+        for line in text.splitlines():
+            fields = line.split()
+            if len(fields) < 8 or "master" not in fields[2].split(","):
+                continue
+            promoted = promoted or fields[0] == primary_id
+            for entry in fields[8:]:
+                if entry.startswith("["):  # a slot being moved, listed again
+                    continue
+                low, _, high = entry.partition("-")
+                served += int(high or low) - int(low) + 1
+        return promoted and served == 16384
 
     @staticmethod
     def _patience(end: float, what: str) -> None:
