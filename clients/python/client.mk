@@ -10,6 +10,12 @@
 # python-lint comes first: ruff (pinned in pyproject's test extras, its
 # settings there too) checks and format-checks the package, its tests and
 # examples; --no-cache writes no .ruff_cache into the work tree.
+# Both runs spread their tests over PYTEST_WORKERS processes (pytest-xdist,
+# in the test extras), each with its own servers: the tests mostly wait on
+# leases, pauses and timers (about a tenth of a core each), so 3 workers
+# cut the runs from about 124 s and 28 s to 50 s and 19 s here for about
+# 8 s more CPU. PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= 3
 PYVENV := target/python-venv
 PYREDIS_OLDEST := 5.0.1
 PYREDIS_OLD := target/python-redis$(PYREDIS_OLDEST)
@@ -19,10 +25,10 @@ python-lint: $(PYVENV)/.installed
 	cd clients/python && ../../$(PYVENV)/bin/ruff check --no-cache . && ../../$(PYVENV)/bin/ruff format --no-cache --check . \
 		|| { echo 'ruff: run `ruff check --fix` and `ruff format` in clients/python (target/python-venv/bin/ruff)'; exit 1; }
 python-test: python-lint build $(PYVENV)/.installed $(PYREDIS_OLD)/.installed
-	cd clients/python && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" ../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider
+	cd clients/python && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" ../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS)
 	cd clients/python && PYTHONPATH=../../$(PYREDIS_OLD) ../../$(PYVENV)/bin/python -c 'import redis, sys; sys.exit(redis.__version__ != "$(PYREDIS_OLDEST)")'
 	cd clients/python && PYTHONPATH=../../$(PYREDIS_OLD) DLOCK_PY_SERVERS=redis8 DLOCK_REDIS8_SERVER="$$(../../scripts/fetch-redis8.sh)" \
-		../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider tests/test_conformance.py tests/test_snippets.py
+		../../$(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) tests/test_conformance.py tests/test_snippets.py
 $(PYREDIS_OLD)/.installed: $(PYVENV)/.installed
 	rm -rf $(PYREDIS_OLD)
 	$(PYVENV)/bin/python -m pip install --quiet --target $(PYREDIS_OLD) 'redis==$(PYREDIS_OLDEST)'

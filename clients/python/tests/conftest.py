@@ -42,6 +42,8 @@ def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
     # tests fail for a reason that is not dlock's. Restore Python's own.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorkerCounts())
 
 
 REPO = Path(__file__).resolve().parents[3]
@@ -298,8 +300,29 @@ def info(client: redis.Redis, key: str) -> dict | None:
     return parse_info(client.execute_command("DLOCK.INFO", key))
 
 
-#: Per server kind, [run, skipped] scenarios of test_conformance.py.
+#: Per server kind, [run, skipped] scenarios of test_conformance.py (with
+#: pytest-xdist: of this worker, and in the controller the sum over them).
 CONFORMANCE_COUNTS: dict = {}
+
+
+class _WorkerCounts:
+    """Under pytest-xdist (``make python-test`` runs ``-n 3``) each worker
+    counts its own scenarios: a worker hands its counts over at its end,
+    and the controller adds them up for the summary line."""
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        output = getattr(session.config, "workeroutput", None)
+        if output is not None:  # in a worker
+            output["dlock_conformance_counts"] = {kind: list(pair) for kind, pair in CONFORMANCE_COUNTS.items()}
+
+    @pytest.hookimpl
+    def pytest_testnodedown(self, node, error) -> None:  # type: ignore[no-untyped-def]
+        got = getattr(node, "workeroutput", {}).get("dlock_conformance_counts", {})
+        for kind, (run, skipped) in got.items():
+            counts = CONFORMANCE_COUNTS.setdefault(kind, [0, 0])
+            counts[0] += run
+            counts[1] += skipped
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
