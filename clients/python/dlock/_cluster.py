@@ -35,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Awaitable, Sequence
+from typing import Any, Callable
 
 from redis.exceptions import (
     AskError,
@@ -64,6 +65,7 @@ IDEMPOTENT = frozenset({b"DLOCK.RENEW", b"DLOCK.INFO", b"DLOCK.WATCH"})
 #: The acquires whose early null reply is sent again (see the module's doc).
 BLOCKING_ACQUIRES = frozenset({b"DLOCK.ACQUIRE", b"DLOCK.FAIR", b"DLOCK.MACQUIRE"})
 
+
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` is a redis-py ``RedisCluster`` (sync or asyncio)."""
     return isinstance(client, (RedisCluster, AsyncRedisCluster))
@@ -75,7 +77,7 @@ def _word(value: Any) -> bytes:
     return str(value).encode().upper()
 
 
-def command_keys(command: Sequence[Any]) -> List[Any]:
+def command_keys(command: Sequence[Any]) -> list[Any]:
     """The keys of a dlock command (MACQUIRE: all of them; the others:
     the first argument)."""
     if _word(command[0]) == b"DLOCK.MACQUIRE":
@@ -95,7 +97,7 @@ def command_slot(cluster: Any, command: Sequence[Any]) -> int:
     return slots.pop()
 
 
-def _block_at(command: Sequence[Any]) -> Optional[int]:
+def _block_at(command: Sequence[Any]) -> int | None:
     """The index of a blocking acquire's ``BLOCK`` value, or None."""
     name = _word(command[0])
     if name not in BLOCKING_ACQUIRES:
@@ -108,7 +110,7 @@ def _block_at(command: Sequence[Any]) -> Optional[int]:
     return None
 
 
-def _rest_of_wait(command: List[Any], at: int, sent: float) -> Optional[List[Any]]:
+def _rest_of_wait(command: list[Any], at: int, sent: float) -> list[Any] | None:
     """The command again with the rest of its wait, or None when the wait is
     over (its null was a time-out)."""
     block_ms = int(command[at])
@@ -146,7 +148,7 @@ class _Round:
     """What one round of sends decided for each pending command."""
 
     def __init__(self) -> None:
-        self.again: List[int] = []
+        self.again: list[int] = []
         self.refresh = False
         #: Whether the next round waits first (not after ASK, nor after an
         #: early null: the node that answered has nothing more to say).
@@ -157,10 +159,10 @@ def _judge(
     round_: _Round,
     index: int,
     reply: Any,
-    commands: List[List[Any]],
-    replies: List[Any],
-    asked: Dict[int, Tuple[str, int]],
-    moved: List[MovedError],
+    commands: list[list[Any]],
+    replies: list[Any],
+    asked: dict[int, tuple[str, int]],
+    moved: list[MovedError],
     sent: float,
     blocking_retry: bool,
 ) -> None:
@@ -193,8 +195,8 @@ def _judge(
         replies[index] = reply
 
 
-def _batch(indices: Sequence[int], commands: List[List[Any]], asked: Dict[int, Tuple[str, int]]) -> List[List[Any]]:
-    batch: List[List[Any]] = []
+def _batch(indices: Sequence[int], commands: list[list[Any]], asked: dict[int, tuple[str, int]]) -> list[list[Any]]:
+    batch: list[list[Any]] = []
     for i in indices:
         if i in asked:
             batch.append(["ASKING"])
@@ -202,8 +204,8 @@ def _batch(indices: Sequence[int], commands: List[List[Any]], asked: Dict[int, T
     return batch
 
 
-def _unbatch(indices: Sequence[int], got: Sequence[Any], asked: Dict[int, Tuple[str, int]]) -> List[Any]:
-    out: List[Any] = []
+def _unbatch(indices: Sequence[int], got: Sequence[Any], asked: dict[int, tuple[str, int]]) -> list[Any]:
+    out: list[Any] = []
     at = 0
     for i in indices:
         if i in asked:
@@ -220,7 +222,7 @@ def _primary(cluster: Any, slot: int) -> Any:
     return cluster.nodes_manager.get_node_from_slot(slot)
 
 
-def _node_at(cluster: Any, address: Tuple[str, int]) -> Any:
+def _node_at(cluster: Any, address: tuple[str, int]) -> Any:
     node = cluster.nodes_manager.get_node(host=address[0], port=address[1])
     if node is None:
         cluster.nodes_manager.initialize()
@@ -271,26 +273,26 @@ def call(
     cluster: Any,
     commands: Sequence[Sequence[Any]],
     timeout: Any,
-    send: Callable[[Any, List[List[Any]], Any], List[Any]],
-) -> List[Any]:
+    send: Callable[[Any, list[list[Any]], Any], list[Any]],
+) -> list[Any]:
     """``call_on_own_connection`` in a Cluster: ``send(node_redis, batch,
     timeout)`` sends each node's commands as one batch on a connection of
     its own; redirections are followed as the module's doc says. The
     replies, in order (an error reply as its ``ResponseError``)."""
     pending = [list(command) for command in commands]
     slots = [command_slot(cluster, command) for command in pending]
-    replies: List[Any] = [None] * len(pending)
-    asked: Dict[int, Tuple[str, int]] = {}
+    replies: list[Any] = [None] * len(pending)
+    asked: dict[int, tuple[str, int]] = {}
     todo = list(range(len(pending)))
     started = time.monotonic()
     attempt = 1
     while True:
-        groups: Dict[str, Tuple[Any, List[int]]] = {}
+        groups: dict[str, tuple[Any, list[int]]] = {}
         for i in todo:
             node = _node_at(cluster, asked[i]) if i in asked else _primary(cluster, slots[i])
             groups.setdefault(node.name, (node, []))[1].append(i)
         round_ = _Round()
-        moved: List[MovedError] = []
+        moved: list[MovedError] = []
         sent = time.monotonic()
         for node, indices in groups.values():
             batch = _batch(indices, pending, asked)
@@ -370,7 +372,7 @@ async def _aprimary(cluster: Any, slot: int) -> Any:
     return cluster.nodes_manager.get_node_from_slot(slot)
 
 
-async def _anode_at(cluster: Any, address: Tuple[str, int]) -> Any:
+async def _anode_at(cluster: Any, address: tuple[str, int]) -> Any:
     node = cluster.nodes_manager.get_node(host=address[0], port=address[1])
     if node is None:
         raise ConnectionError(f"ASK named {address[0]}:{address[1]}, a node this client does not know")
@@ -420,23 +422,23 @@ async def acall(
     cluster: Any,
     commands: Sequence[Sequence[Any]],
     timeout: Any,
-    send: Callable[[Any, List[List[Any]], Any], Awaitable[List[Any]]],
-) -> List[Any]:
+    send: Callable[[Any, list[list[Any]], Any], Awaitable[list[Any]]],
+) -> list[Any]:
     """``call`` for ``redis.asyncio.cluster.RedisCluster``."""
     pending = [list(command) for command in commands]
     slots = [command_slot(cluster, command) for command in pending]
-    replies: List[Any] = [None] * len(pending)
-    asked: Dict[int, Tuple[str, int]] = {}
+    replies: list[Any] = [None] * len(pending)
+    asked: dict[int, tuple[str, int]] = {}
     todo = list(range(len(pending)))
     started = time.monotonic()
     attempt = 1
     while True:
-        groups: Dict[str, Tuple[Any, List[int]]] = {}
+        groups: dict[str, tuple[Any, list[int]]] = {}
         for i in todo:
             node = await _anode_at(cluster, asked[i]) if i in asked else await _aprimary(cluster, slots[i])
             groups.setdefault(node.name, (node, []))[1].append(i)
         round_ = _Round()
-        moved: List[MovedError] = []
+        moved: list[MovedError] = []
         sent = time.monotonic()
         for node, indices in groups.values():
             batch = _batch(indices, pending, asked)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Union
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
@@ -124,16 +125,16 @@ def acquire_args(
     multi: bool,
     fair: bool,
     shared: bool,
-    limit: Optional[int],
-    block_ms: Optional[int],
+    limit: int | None,
+    block_ms: int | None,
     session: bool,
-    weight: Optional[int] = None,
-) -> List[Any]:
+    weight: int | None = None,
+) -> list[Any]:
     """The command that asks for a hold (one key, or all of ``keys``)."""
     check_keys(keys)
     check_owner(owner)
     if multi:
-        args: List[Any] = ["DLOCK.MACQUIRE", len(keys), *keys, owner, ttl_ms]
+        args: list[Any] = ["DLOCK.MACQUIRE", len(keys), *keys, owner, ttl_ms]
     else:
         args = ["DLOCK.FAIR" if fair else "DLOCK.ACQUIRE", keys[0], owner, ttl_ms]
     if shared:
@@ -149,14 +150,14 @@ def acquire_args(
     return args
 
 
-def release_args(key: KeyT, owner: bytes, shared: bool) -> List[Any]:
-    args: List[Any] = ["DLOCK.RELEASE", key, owner]
+def release_args(key: KeyT, owner: bytes, shared: bool) -> list[Any]:
+    args: list[Any] = ["DLOCK.RELEASE", key, owner]
     if shared:
         args.append("SHARED")
     return args
 
 
-def renew_args(key: KeyT, owner: bytes, ttl_ms: int) -> List[Any]:
+def renew_args(key: KeyT, owner: bytes, ttl_ms: int) -> list[Any]:
     return ["DLOCK.RENEW", key, owner, ttl_ms]
 
 
@@ -172,12 +173,12 @@ def local_deadline(sent: float, lease_ms: int) -> float:
     return sent + lease_ms / 1000 - safety_margin(lease_ms)
 
 
-def judge_renewal(replies: Sequence[Any], fences: Sequence[int]) -> Tuple[Optional[str], Optional[ResponseError]]:
+def judge_renewal(replies: Sequence[Any], fences: Sequence[int]) -> tuple[str | None, ResponseError | None]:
     """The replies of one renewal (one ``DLOCK.RENEW`` per key): (why the
     hold is lost, or None; the first other error reply, or None). Anything
     but the hold's own token for a key means lost (R3.1)."""
-    lost: Optional[str] = None
-    other: Optional[ResponseError] = None
+    lost: str | None = None
+    other: ResponseError | None = None
     for reply, fence in zip(replies, fences):
         if isinstance(reply, ResponseError):
             if is_notowner(reply):
@@ -193,12 +194,12 @@ def judge_renewal(replies: Sequence[Any], fences: Sequence[int]) -> Tuple[Option
     return lost, other
 
 
-def parse_grant(reply: Any) -> Tuple[int, int]:
+def parse_grant(reply: Any) -> tuple[int, int]:
     """``[token, holds, owner]`` -> (token, holds)."""
     return int(reply[0]), int(reply[1])
 
 
-def parse_grants(reply: Any, multi: bool) -> Optional[List[Tuple[int, int]]]:
+def parse_grants(reply: Any, multi: bool) -> list[tuple[int, int]] | None:
     """The grants of an acquire, one per key, or None when not granted."""
     if reply is None:
         return None
@@ -219,7 +220,7 @@ def _key(name: Any) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def parse_info(reply: Any) -> Optional[Dict[str, Any]]:
+def parse_info(reply: Any) -> dict[str, Any] | None:
     """``DLOCK.INFO``'s reply (flat pairs in RESP2, a map in RESP3) as a
     dict with str keys, or None for a missing key."""
     if reply is None:
@@ -229,7 +230,7 @@ def parse_info(reply: Any) -> Optional[Dict[str, Any]]:
     return {_key(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
 
 
-def info_holds(info: Optional[Dict[str, Any]], owner: bytes) -> Tuple[int, int, int]:
+def info_holds(info: dict[str, Any] | None, owner: bytes) -> tuple[int, int, int]:
     """(exclusive holds, shared holds, pttl ms or -1) of ``owner`` in a
     lock's INFO. Uses ``holders`` when the server reports it (shared holds),
     the exclusive fields otherwise."""
@@ -246,14 +247,14 @@ def info_holds(info: Optional[Dict[str, Any]], owner: bytes) -> Tuple[int, int, 
     return 0, 0, -1
 
 
-def info_locked(info: Optional[Dict[str, Any]]) -> bool:
+def info_locked(info: dict[str, Any] | None) -> bool:
     """Whether anyone holds the lock, in either mode."""
     if info is None:
         return False
     return info.get("owner") is not None or int(info.get("shared") or 0) > 0
 
 
-def info_queued(info: Optional[Dict[str, Any]], owner: bytes) -> bool:
+def info_queued(info: dict[str, Any] | None, owner: bytes) -> bool:
     if info is None:
         return False
     return any(as_bytes(entry) == owner for entry in info.get("queue") or [])
@@ -266,19 +267,19 @@ class Deadline:
 
     __slots__ = ("at",)
 
-    def __init__(self, at: Optional[float] = None) -> None:
+    def __init__(self, at: float | None = None) -> None:
         self.at = at
 
     def passed(self) -> bool:
         return self.at is not None and time.monotonic() >= self.at
 
-    def remaining(self) -> Optional[float]:
+    def remaining(self) -> float | None:
         if self.at is None:
             return None
         return max(0.0, self.at - time.monotonic())
 
 
-def check_weight(weight: Optional[int], limit: Optional[int]) -> Optional[int]:
+def check_weight(weight: int | None, limit: int | None) -> int | None:
     """A semaphore's weight (permits per hold) as the server will take it:
     1 to ``limit``, and only with a limit."""
     if weight is None:
@@ -349,14 +350,14 @@ def make_leader(owner: Any, term: Any, pttl: Any) -> Leader:
     return Leader(raw, election_value(raw), int(term), int(pttl))
 
 
-def leader_of_info(info: Optional[Dict[str, Any]]) -> Optional[Leader]:
+def leader_of_info(info: dict[str, Any] | None) -> Leader | None:
     """The leader in a parsed ``DLOCK.INFO``: the exclusive holder, or (a
     key held shared, outside an election) the holder of the newest token."""
     if info is None:
         return None
     if info.get("owner") is not None:
         return make_leader(info["owner"], info["token"], info["pttl"])
-    newest: Optional[Leader] = None
+    newest: Leader | None = None
     for entry in info.get("holders") or []:
         if newest is None or int(entry[3]) > newest.term:
             newest = make_leader(entry[0], entry[3], entry[4])
@@ -367,7 +368,7 @@ def leader_of_info(info: Optional[Dict[str, Any]]) -> Optional[Leader]:
 WATCH_TIMED_OUT = object()
 
 
-def watch_args(key: KeyT, last: int, timeout: Number) -> List[Any]:
+def watch_args(key: KeyT, last: int, timeout: Number) -> list[Any]:
     return ["DLOCK.WATCH", key, int(last), seconds_to_ms(timeout)]
 
 

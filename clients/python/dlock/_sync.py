@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from types import SimpleNamespace, TracebackType
-from typing import Any, Callable, Dict, List, Optional, Sequence, Type
+from typing import Any, Callable
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
@@ -49,7 +50,7 @@ def _connection_within(pool: Any, seconds: float) -> Any:
     idle = getattr(pool, "_available_connections", None)
     if not isinstance(idle, list) or (idle and getattr(idle[-1], "_sock", None) is not None):
         return _pool_connection(pool)  # the pool's next one is connected
-    outcome: Dict[str, Any] = {}
+    outcome: dict[str, Any] = {}
     guard = threading.Lock()
     ready = threading.Event()
 
@@ -78,9 +79,7 @@ def _connection_within(pool: Any, seconds: float) -> Any:
     raise RedisTimeoutError(f"Timeout connecting to server (within {seconds:.3f} s)")
 
 
-def call_on_own_connection(
-    client: Any, commands: Sequence[Sequence[Any]], timeout: Any = _UNCHANGED
-) -> List[Any]:
+def call_on_own_connection(client: Any, commands: Sequence[Sequence[Any]], timeout: Any = _UNCHANGED) -> list[Any]:
     """Sends ``commands`` on a connection taken from ``client``'s pool for
     this call alone, with a socket timeout of ``timeout`` seconds (None: no
     timeout) while it waits for the replies, and returns the replies (an
@@ -108,7 +107,7 @@ def call_on_own_connection(
         sock = conn._sock
         if timeout is not _UNCHANGED and sock is not None:
             sock.settimeout(max(0.001, end - time.monotonic()) if end is not None else None)
-        replies: List[Any] = []
+        replies: list[Any] = []
         try:
             for _ in commands:
                 try:
@@ -138,7 +137,7 @@ class LostEvent(threading.Event):
         super().__init__()
         self.deadline = _core.Deadline()
         #: Why the hold is known to be gone (None while it is not).
-        self.reason: Optional[str] = None
+        self.reason: str | None = None
 
     def lose(self, reason: str) -> None:
         if self.reason is None:
@@ -155,7 +154,7 @@ class LostEvent(threading.Event):
 
     isSet = is_set
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             if self.is_set():
@@ -171,23 +170,23 @@ class LostEvent(threading.Event):
 class _Local(threading.local):
     """Per-thread hold state; every thread starts with no token."""
 
-    token: Optional[bytes] = None
-    hold: Optional["_Hold"] = None
-    lost: Optional[LostEvent] = None
+    token: bytes | None = None
+    hold: _Hold | None = None
+    lost: LostEvent | None = None
     #: The owner of a ``fair`` try that was not granted: the next try asks
     #: under it again, keeping its place in the queue (R8).
-    fair_owner: Optional[bytes] = None
+    fair_owner: bytes | None = None
 
 
 class _Shared(SimpleNamespace):
     """The same state shared by every thread (``thread_local=False``)."""
 
-    token: Optional[bytes] = None
-    hold: Optional["_Hold"] = None
-    lost: Optional[LostEvent] = None
+    token: bytes | None = None
+    hold: _Hold | None = None
+    lost: LostEvent | None = None
     #: The owner of a ``fair`` try that was not granted: the next try asks
     #: under it again, keeping its place in the queue (R8).
-    fair_owner: Optional[bytes] = None
+    fair_owner: bytes | None = None
 
 
 class _Hold:
@@ -195,11 +194,11 @@ class _Hold:
 
     def __init__(self, owner: bytes, nkeys: int, lease_ms: int) -> None:
         self.owner = owner
-        self.fences: List[int] = [0] * nkeys
-        self.counts: List[int] = [0] * nkeys
+        self.fences: list[int] = [0] * nkeys
+        self.counts: list[int] = [0] * nkeys
         self.lease_ms = lease_ms
         self.lost = LostEvent()
-        self.watchdog: Optional[_Watchdog] = None
+        self.watchdog: _Watchdog | None = None
 
     def stop_watchdog(self) -> None:
         if self.watchdog is not None:
@@ -213,7 +212,7 @@ class _Watchdog(threading.Thread):
     Each renewal uses a connection of its own with a socket timeout that
     ends at the deadline, so a stuck connection cannot hide a lost lock."""
 
-    def __init__(self, lock: "Lock", hold: _Hold) -> None:
+    def __init__(self, lock: Lock, hold: _Hold) -> None:
         super().__init__(name=f"dlock-watchdog:{lock.name!r}", daemon=True)
         self.lock = lock
         self.hold = hold
@@ -275,22 +274,22 @@ class Lock:
     """
 
     _shared = False
-    _limit: Optional[int] = None
-    _weight: Optional[int] = None
+    _limit: int | None = None
+    _weight: int | None = None
     _multi = False
 
     def __init__(
         self,
         redis: Any,
         name: Any,
-        timeout: Optional[Number] = None,
+        timeout: Number | None = None,
         sleep: Number = 0.1,
         blocking: bool = True,
-        blocking_timeout: Optional[Number] = None,
+        blocking_timeout: Number | None = None,
         thread_local: bool = True,
         raise_on_release_error: bool = True,
         *,
-        auto_renewal: Optional[bool] = None,
+        auto_renewal: bool | None = None,
         watchdog_timeout: Number = DEFAULT_WATCHDOG_TIMEOUT,
         fair: bool = False,
         session: bool = False,
@@ -309,12 +308,12 @@ class Lock:
         self.session = session
         self.local: Any = _Local() if self.thread_local else _Shared()
         self.local.token = None
-        self._owner_source: Optional[Callable[[], bytes]] = None
+        self._owner_source: Callable[[], bytes] | None = None
 
     # -- what the subclasses change -------------------------------------
 
     @property
-    def _keys(self) -> List[KeyT]:
+    def _keys(self) -> list[KeyT]:
         return [self.name]
 
     def _lease_ms(self) -> int:
@@ -323,7 +322,7 @@ class Lock:
 
     # -- per-thread state ------------------------------------------------
 
-    def _hold(self) -> Optional[_Hold]:
+    def _hold(self) -> _Hold | None:
         hold = getattr(self.local, "hold", None)
         if hold is not None and self.local.token == hold.owner:
             return hold
@@ -339,16 +338,16 @@ class Lock:
 
     # -- context manager -------------------------------------------------
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         if self.acquire():
             return self
         raise LockError("Unable to acquire lock within the time specified")
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None:
         try:
             self.release()
@@ -361,10 +360,10 @@ class Lock:
 
     def acquire(
         self,
-        sleep: Optional[Number] = None,
-        blocking: Optional[bool] = None,
-        blocking_timeout: Optional[Number] = None,
-        token: Optional[Any] = None,
+        sleep: Number | None = None,
+        blocking: bool | None = None,
+        blocking_timeout: Number | None = None,
+        token: Any | None = None,
     ) -> bool:
         """Takes the lock; True once held, False when not granted (at once
         without ``blocking``, or within ``blocking_timeout`` seconds)."""
@@ -381,8 +380,8 @@ class Lock:
         else:
             owner = _core.new_owner()
         keep_place = self.fair and token is None and self._owner_source is None
-        block_ms: Optional[int] = None
-        socket_timeout: Optional[float] = None
+        block_ms: int | None = None
+        socket_timeout: float | None = None
         if blocking and (blocking_timeout is None or blocking_timeout > 0):
             if blocking_timeout is None:
                 block_ms = 0  # forever
@@ -395,11 +394,19 @@ class Lock:
         before = list(current.counts) if same and current is not None else [0] * len(keys)
         lease_ms = self._lease_ms()
         args = _core.acquire_args(
-            keys, owner, lease_ms, multi=self._multi, fair=self.fair, shared=self._shared,
-            limit=self._limit, block_ms=block_ms, session=self.session, weight=self._weight,
+            keys,
+            owner,
+            lease_ms,
+            multi=self._multi,
+            fair=self.fair,
+            shared=self._shared,
+            limit=self._limit,
+            block_ms=block_ms,
+            session=self.session,
+            weight=self._weight,
         )
         sent = time.monotonic()
-        hold: Optional[_Hold] = None
+        hold: _Hold | None = None
         try:
             try:
                 if block_ms is None:
@@ -453,12 +460,10 @@ class Lock:
             # call may have been granted, in a thread of its own (R4.7): the
             # caller and its next call never wait for a stalled server. Not
             # a daemon: the interpreter's exit waits for it (bounded).
-            threading.Thread(
-                target=self._abandon, args=(owner, before), name=f"dlock-cleanup:{self.name!r}"
-            ).start()
+            threading.Thread(target=self._abandon, args=(owner, before), name=f"dlock-cleanup:{self.name!r}").start()
             raise
 
-    def _abandon(self, owner: bytes, before: List[int]) -> None:
+    def _abandon(self, owner: bytes, before: list[int]) -> None:
         """After an interrupted acquire (its connection closed): waits until
         the server dropped the waiter, then gives back any hold granted in
         the meantime, so that nothing of the call is left behind. Bounded
@@ -500,8 +505,7 @@ class Lock:
     def locked(self) -> bool:
         """True if any owner holds the lock (any of the keys of a MultiLock)."""
         return any(
-            _core.info_locked(_core.parse_info(self.redis.execute_command("DLOCK.INFO", key)))
-            for key in self._keys
+            _core.info_locked(_core.parse_info(self.redis.execute_command("DLOCK.INFO", key))) for key in self._keys
         )
 
     def owned(self) -> bool:
@@ -606,7 +610,7 @@ class Lock:
     # -- beyond redis-py -------------------------------------------------
 
     @property
-    def fence(self) -> Optional[int]:
+    def fence(self) -> int | None:
         """The fencing token of this thread's hold (None when not held).
         Tokens only grow: pass it to the resource, which refuses older ones."""
         hold = self._hold()
@@ -630,7 +634,7 @@ class Lock:
 
     # -- commands --------------------------------------------------------
 
-    def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> List[Any]:
+    def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> list[Any]:
         """One ``DLOCK.RENEW`` per key; the replies (errors included)."""
         commands = [_core.renew_args(key, hold.owner, ttl_ms) for key in self._keys]
         return call_on_own_connection(self.redis, commands, timeout)
@@ -661,7 +665,7 @@ class Lock:
             raise LockLostError(message)
         hold.lost.deadline.at = _core.local_deadline(sent, ttl_ms)
 
-    def _release_keys(self, owner: bytes) -> List[ResponseError]:
+    def _release_keys(self, owner: bytes) -> list[ResponseError]:
         commands = [_core.release_args(key, owner, self._shared) for key in self._keys]
         replies = call_on_own_connection(self.redis, commands)  # never re-sent (R5.1)
         return [r for r in replies if isinstance(r, ResponseError)]
@@ -686,9 +690,9 @@ class Semaphore(Lock):
         redis: Any,
         name: Any,
         limit: int,
-        timeout: Optional[Number] = None,
+        timeout: Number | None = None,
         *,
-        weight: Optional[int] = None,
+        weight: int | None = None,
         **options: Any,
     ) -> None:
         if limit < 1:
@@ -715,7 +719,7 @@ class RWLock:
     holding the write lock can take the read lock and release the write
     lock (downgrade), and a sole reader can take the write lock (upgrade)."""
 
-    def __init__(self, redis: Any, name: Any, timeout: Optional[Number] = None, **options: Any) -> None:
+    def __init__(self, redis: Any, name: Any, timeout: Number | None = None, **options: Any) -> None:
         self.redis = redis
         self.name = name
         thread_local = options.get("thread_local", True)
@@ -758,11 +762,11 @@ class MultiLock(Lock):
         self,
         redis: Any,
         names: Sequence[Any],
-        timeout: Optional[Number] = None,
+        timeout: Number | None = None,
         *,
         shared: bool = False,
-        limit: Optional[int] = None,
-        weight: Optional[int] = None,
+        limit: int | None = None,
+        weight: int | None = None,
         **options: Any,
     ) -> None:
         if not names:
@@ -778,11 +782,11 @@ class MultiLock(Lock):
         self._weight = _core.check_weight(weight, limit)
 
     @property
-    def _keys(self) -> List[KeyT]:
+    def _keys(self) -> list[KeyT]:
         return self.names
 
     @property
-    def fence(self) -> Optional[List[int]]:  # type: ignore[override]
+    def fence(self) -> list[int] | None:  # type: ignore[override]
         hold = self._hold()
         return list(hold.fences) if hold is not None else None
 
@@ -791,7 +795,7 @@ class MultiLock(Lock):
             raise LockError("A MultiLock extends with replace_ttl=True only")
         return super().do_extend(additional_time, replace_ttl)
 
-    def _release_keys(self, owner: bytes) -> List[ResponseError]:
+    def _release_keys(self, owner: bytes) -> list[ResponseError]:
         commands = [_core.release_args(key, owner, self._shared) for key in self._keys]
         replies = call_on_own_connection(self.redis, commands)
         return [r for r in replies if isinstance(r, ResponseError)]
@@ -822,14 +826,14 @@ class Latch:
         """Lowers the count by ``n``; returns what remains (0: open)."""
         return int(self._once(["DLOCK.COUNTDOWN", self.name, int(n)]))
 
-    def count(self) -> Optional[int]:
+    def count(self) -> int | None:
         """The count now; None when the latch does not exist (it opened,
         expired or was never created). ``await latch.count()`` in
         ``dlock.asyncio``."""
         info = _core.parse_info(self.redis.execute_command("DLOCK.INFO", self.name))
         return int(info["count"]) if info is not None else None
 
-    def wait(self, timeout: Optional[Number] = None) -> bool:
+    def wait(self, timeout: Number | None = None) -> bool:
         """True once the latch is open (at once if it does not exist), False
         when ``timeout`` seconds pass first; raises ``LatchBrokenError`` if
         the latch disappears without opening."""
@@ -847,7 +851,7 @@ class Latch:
             raise LatchBrokenError("the latch disappeared without opening")
         return True
 
-    def __enter__(self) -> "Latch":
+    def __enter__(self) -> Latch:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -902,7 +906,7 @@ class Leadership:
             if not was_lost:
                 raise
 
-    def __enter__(self) -> "Leadership":
+    def __enter__(self) -> Leadership:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -923,20 +927,20 @@ class Observer:
     (from any thread) ends the iteration and a wait in progress (``CLIENT
     UNBLOCK``); so does leaving its ``with`` block."""
 
-    def __init__(self, election: "Election") -> None:
+    def __init__(self, election: Election) -> None:
         self.election = election
         #: The term of the last state given out (0: no leader); None before
         #: the first.
-        self.last_term: Optional[int] = None
+        self.last_term: int | None = None
         self._closed = threading.Event()
         self._guard = threading.Lock()
-        self._waiting_id: Optional[int] = None
+        self._waiting_id: int | None = None
         self._waiting_client: Any = None  # the node of the wait (Cluster)
 
-    def __iter__(self) -> "Observer":
+    def __iter__(self) -> Observer:
         return self
 
-    def __next__(self) -> Optional[_core.Leader]:
+    def __next__(self) -> _core.Leader | None:
         if self._closed.is_set():
             raise StopIteration
         if self.last_term is None:
@@ -1008,7 +1012,7 @@ class Observer:
                 return
             time.sleep(0.005)  # sent, not blocked yet: try again
 
-    def __enter__(self) -> "Observer":
+    def __enter__(self) -> Observer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -1034,7 +1038,7 @@ class Election:
         self,
         redis: Any,
         name: Any,
-        timeout: Optional[Number] = None,
+        timeout: Number | None = None,
         *,
         watchdog_timeout: Number = DEFAULT_WATCHDOG_TIMEOUT,
         session: bool = False,
@@ -1047,7 +1051,7 @@ class Election:
         self.session = session
         self.watch_timeout = float(watch_timeout)
 
-    def campaign(self, value: Any, timeout: Optional[Number] = None) -> Optional[Leadership]:
+    def campaign(self, value: Any, timeout: Number | None = None) -> Leadership | None:
         """Waits to lead, announcing ``value`` (str or bytes, 1 to 479
         bytes): queues for the lock under a new unique owner and returns the
         ``Leadership`` once granted, or None when ``timeout`` seconds pass
@@ -1056,8 +1060,12 @@ class Election:
         raw = _core.as_bytes(value)
         owner = _core.election_owner(raw)
         lock = Lock(
-            self.redis, self.name, self.timeout, thread_local=False,
-            watchdog_timeout=self.watchdog_timeout, session=self.session,
+            self.redis,
+            self.name,
+            self.timeout,
+            thread_local=False,
+            watchdog_timeout=self.watchdog_timeout,
+            session=self.session,
         )
         if timeout is not None and timeout <= 0:
             granted = lock.acquire(blocking=False, token=owner)
@@ -1065,7 +1073,7 @@ class Election:
             granted = lock.acquire(blocking=True, blocking_timeout=timeout, token=owner)
         return Leadership(lock, raw) if granted else None
 
-    def leader(self) -> Optional[_core.Leader]:
+    def leader(self) -> _core.Leader | None:
         """Who leads now, or None between terms."""
         return _core.leader_of_info(_core.parse_info(self.redis.execute_command("DLOCK.INFO", self.name)))
 

@@ -14,8 +14,9 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Sequence
 from types import SimpleNamespace, TracebackType
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Set, Type, TypeVar
+from typing import Any, Callable, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
@@ -63,7 +64,7 @@ _T = TypeVar("_T")
 
 #: The clean-ups running in the background (a strong reference each, so
 #: that the loop does not drop them half-way).
-_CLEANUPS: Set["asyncio.Future[Any]"] = set()
+_CLEANUPS: set[asyncio.Future[Any]] = set()
 
 
 async def _get_connection(pool: Any) -> Any:
@@ -84,7 +85,7 @@ async def _pool_connection(pool: Any) -> Any:
         raise RedisTimeoutError(f"Timeout connecting to server (within {CONNECT_PATIENCE} s)") from None
 
 
-async def _within(work: Awaitable[_T], seconds: Optional[float]) -> _T:
+async def _within(work: Awaitable[_T], seconds: float | None) -> _T:
     """``work`` ended within ``seconds`` (None: no bound), else
     ``redis.exceptions.TimeoutError``: the bound of a wait or of a renewal
     by hand, whatever stalls (a connection's opening, a paused server)."""
@@ -115,7 +116,7 @@ def _in_background(work: Awaitable[Any], what: str) -> None:
 
 async def call_on_own_connection(
     client: Any, commands: Sequence[Sequence[Any]], timeout: Any = _UNCHANGED
-) -> List[Any]:
+) -> list[Any]:
     """``dlock._sync.call_on_own_connection`` for redis.asyncio: a
     connection from the pool for this call alone, read with ``timeout``
     seconds (None: no timeout), closed on cancellation or failure."""
@@ -128,7 +129,7 @@ async def call_on_own_connection(
             await conn.send_command(*commands[0])
         else:
             await conn.send_packed_command(conn.pack_commands(commands))
-        replies: List[Any] = []
+        replies: list[Any] = []
         for _ in commands:
             try:
                 if timeout is _UNCHANGED:
@@ -168,7 +169,7 @@ class LostEvent(asyncio.Event):
         super().__init__()
         self.deadline = _core.Deadline()
         #: Why the hold is known to be gone (None while it is not).
-        self.reason: Optional[str] = None
+        self.reason: str | None = None
 
     def lose(self, reason: str) -> None:
         if self.reason is None:
@@ -197,27 +198,27 @@ class LostEvent(asyncio.Event):
 
 
 class _Local(threading.local):
-    token: Optional[bytes] = None
-    hold: Optional["_Hold"] = None
-    lost: Optional[LostEvent] = None
-    fair_owner: Optional[bytes] = None
+    token: bytes | None = None
+    hold: _Hold | None = None
+    lost: LostEvent | None = None
+    fair_owner: bytes | None = None
 
 
 class _Shared(SimpleNamespace):
-    token: Optional[bytes] = None
-    hold: Optional["_Hold"] = None
-    lost: Optional[LostEvent] = None
-    fair_owner: Optional[bytes] = None
+    token: bytes | None = None
+    hold: _Hold | None = None
+    lost: LostEvent | None = None
+    fair_owner: bytes | None = None
 
 
 class _Hold:
     def __init__(self, owner: bytes, nkeys: int, lease_ms: int) -> None:
         self.owner = owner
-        self.fences: List[int] = [0] * nkeys
-        self.counts: List[int] = [0] * nkeys
+        self.fences: list[int] = [0] * nkeys
+        self.counts: list[int] = [0] * nkeys
         self.lease_ms = lease_ms
         self.lost = LostEvent()
-        self.watchdog: Optional[asyncio.Task] = None
+        self.watchdog: asyncio.Task | None = None
         self.stopped = False
 
     def stop_watchdog(self) -> None:
@@ -233,22 +234,22 @@ class Lock:
     as ``dlock.Lock``; the watchdog is a task of the running loop."""
 
     _shared = False
-    _limit: Optional[int] = None
-    _weight: Optional[int] = None
+    _limit: int | None = None
+    _weight: int | None = None
     _multi = False
 
     def __init__(
         self,
         redis: Any,
         name: Any,
-        timeout: Optional[Number] = None,
+        timeout: Number | None = None,
         sleep: Number = 0.1,
         blocking: bool = True,
-        blocking_timeout: Optional[Number] = None,
+        blocking_timeout: Number | None = None,
         thread_local: bool = True,
         raise_on_release_error: bool = True,
         *,
-        auto_renewal: Optional[bool] = None,
+        auto_renewal: bool | None = None,
         watchdog_timeout: Number = DEFAULT_WATCHDOG_TIMEOUT,
         fair: bool = False,
         session: bool = False,
@@ -266,16 +267,16 @@ class Lock:
         self.fair = fair
         self.session = session
         self.local: Any = _Local() if self.thread_local else _Shared()
-        self._owner_source: Optional[Callable[[], bytes]] = None
+        self._owner_source: Callable[[], bytes] | None = None
 
     @property
-    def _keys(self) -> List[KeyT]:
+    def _keys(self) -> list[KeyT]:
         return [self.name]
 
     def _lease_ms(self) -> int:
         return _core.lease_to_ms(self.timeout if self.timeout else self.watchdog_timeout)
 
-    def _hold(self) -> Optional[_Hold]:
+    def _hold(self) -> _Hold | None:
         hold = self.local.hold
         if hold is not None and self.local.token == hold.owner:
             return hold
@@ -289,16 +290,16 @@ class Lock:
             self.local.hold = None
             self.local.token = None
 
-    async def __aenter__(self) -> "Lock":
+    async def __aenter__(self) -> Lock:
         if await self.acquire():
             return self
         raise LockError("Unable to acquire lock within the time specified")
 
     async def __aexit__(
         self,
-        exc_type: Optional[Type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None:
         try:
             await self.release()
@@ -309,9 +310,9 @@ class Lock:
 
     async def acquire(
         self,
-        blocking: Optional[bool] = None,
-        blocking_timeout: Optional[Number] = None,
-        token: Optional[Any] = None,
+        blocking: bool | None = None,
+        blocking_timeout: Number | None = None,
+        token: Any | None = None,
     ) -> bool:
         if blocking is None:
             blocking = self.blocking
@@ -326,8 +327,8 @@ class Lock:
         else:
             owner = _core.new_owner()
         keep_place = self.fair and token is None and self._owner_source is None
-        block_ms: Optional[int] = None
-        socket_timeout: Optional[float] = None
+        block_ms: int | None = None
+        socket_timeout: float | None = None
         if blocking and (blocking_timeout is None or blocking_timeout > 0):
             if blocking_timeout is None:
                 block_ms = 0
@@ -340,11 +341,19 @@ class Lock:
         before = list(current.counts) if same and current is not None else [0] * len(keys)
         lease_ms = self._lease_ms()
         args = _core.acquire_args(
-            keys, owner, lease_ms, multi=self._multi, fair=self.fair, shared=self._shared,
-            limit=self._limit, block_ms=block_ms, session=self.session, weight=self._weight,
+            keys,
+            owner,
+            lease_ms,
+            multi=self._multi,
+            fair=self.fair,
+            shared=self._shared,
+            limit=self._limit,
+            block_ms=block_ms,
+            session=self.session,
+            weight=self._weight,
         )
         sent = time.monotonic()
-        hold: Optional[_Hold] = None
+        hold: _Hold | None = None
         try:
             try:
                 if block_ms is None:
@@ -399,7 +408,7 @@ class Lock:
             _in_background(self._abandon(owner, before), f"the clean-up of an interrupted wait on {self.name!r}")
             raise
 
-    async def _abandon(self, owner: bytes, before: List[int]) -> None:
+    async def _abandon(self, owner: bytes, before: list[int]) -> None:
         end = time.monotonic() + CLEANUP_PATIENCE
         for i, key in enumerate(self._keys):
             try:
@@ -558,7 +567,7 @@ class Lock:
         return True
 
     @property
-    def fence(self) -> Optional[int]:
+    def fence(self) -> int | None:
         hold = self._hold()
         return hold.fences[0] if hold is not None else None
 
@@ -576,7 +585,7 @@ class Lock:
             raise LockError("Cannot renew an unlocked lock")
         await self._renew_or_raise(hold, hold.lease_ms, "Cannot renew a lock that's no longer owned")
 
-    async def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> List[Any]:
+    async def _renew(self, hold: _Hold, ttl_ms: int, timeout: Any = _UNCHANGED) -> list[Any]:
         """One ``DLOCK.RENEW`` per key; the replies (errors included)."""
         commands = [_core.renew_args(key, hold.owner, ttl_ms) for key in self._keys]
         return await call_on_own_connection(self.redis, commands, timeout)
@@ -607,7 +616,7 @@ class Lock:
             raise LockLostError(message)
         hold.lost.deadline.at = _core.local_deadline(sent, ttl_ms)
 
-    async def _release_keys(self, owner: bytes) -> List[ResponseError]:
+    async def _release_keys(self, owner: bytes) -> list[ResponseError]:
         commands = [_core.release_args(key, owner, self._shared) for key in self._keys]
         replies = await call_on_own_connection(self.redis, commands)  # never re-sent (R5.1)
         return [r for r in replies if isinstance(r, ResponseError)]
@@ -630,9 +639,9 @@ class Semaphore(Lock):
         redis: Any,
         name: Any,
         limit: int,
-        timeout: Optional[Number] = None,
+        timeout: Number | None = None,
         *,
-        weight: Optional[int] = None,
+        weight: int | None = None,
         **options: Any,
     ) -> None:
         if limit < 1:
@@ -655,7 +664,7 @@ class RWLock:
     """``read_lock()`` (shared) and ``write_lock()`` (exclusive) on one key,
     with one owner per thread (per RWLock with ``thread_local=False``)."""
 
-    def __init__(self, redis: Any, name: Any, timeout: Optional[Number] = None, **options: Any) -> None:
+    def __init__(self, redis: Any, name: Any, timeout: Number | None = None, **options: Any) -> None:
         self.redis = redis
         self.name = name
         thread_local = options.get("thread_local", True)
@@ -695,11 +704,11 @@ class MultiLock(Lock):
         self,
         redis: Any,
         names: Sequence[Any],
-        timeout: Optional[Number] = None,
+        timeout: Number | None = None,
         *,
         shared: bool = False,
-        limit: Optional[int] = None,
-        weight: Optional[int] = None,
+        limit: int | None = None,
+        weight: int | None = None,
         **options: Any,
     ) -> None:
         if not names:
@@ -715,11 +724,11 @@ class MultiLock(Lock):
         self._weight = _core.check_weight(weight, limit)
 
     @property
-    def _keys(self) -> List[KeyT]:
+    def _keys(self) -> list[KeyT]:
         return self.names
 
     @property
-    def fence(self) -> Optional[List[int]]:  # type: ignore[override]
+    def fence(self) -> list[int] | None:  # type: ignore[override]
         hold = self._hold()
         return list(hold.fences) if hold is not None else None
 
@@ -732,19 +741,17 @@ class Latch:
         self.name = name
 
     async def try_set_count(self, count: int, timeout: Number) -> bool:
-        return bool(
-            await _once(self.redis, ["DLOCK.LATCH", self.name, int(count), _core.seconds_to_ms(timeout)])
-        )
+        return bool(await _once(self.redis, ["DLOCK.LATCH", self.name, int(count), _core.seconds_to_ms(timeout)]))
 
     async def count_down(self, n: int = 1) -> int:
         return int(await _once(self.redis, ["DLOCK.COUNTDOWN", self.name, int(n)]))
 
-    async def count(self) -> Optional[int]:
+    async def count(self) -> int | None:
         """The count now; None when the latch does not exist."""
         info = _core.parse_info(await self.redis.execute_command("DLOCK.INFO", self.name))
         return int(info["count"]) if info is not None else None
 
-    async def wait(self, timeout: Optional[Number] = None) -> bool:
+    async def wait(self, timeout: Number | None = None) -> bool:
         if timeout is None:
             block_ms, socket_timeout = 0, None
         else:
@@ -764,7 +771,7 @@ class Latch:
             raise LatchBrokenError("the latch disappeared without opening")
         return True
 
-    async def __aenter__(self) -> "Latch":
+    async def __aenter__(self) -> Latch:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -805,7 +812,7 @@ class Leadership:
             if not was_lost:
                 raise
 
-    async def __aenter__(self) -> "Leadership":
+    async def __aenter__(self) -> Leadership:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -821,17 +828,17 @@ class Observer:
     each time. Cancelling a task waiting in ``__anext__`` (or ``aclose()``)
     ends the wait on the server with ``CLIENT UNBLOCK``."""
 
-    def __init__(self, election: "Election") -> None:
+    def __init__(self, election: Election) -> None:
         self.election = election
-        self.last_term: Optional[int] = None
+        self.last_term: int | None = None
         self._closed = False
-        self._waiting_id: Optional[int] = None
+        self._waiting_id: int | None = None
         self._waiting_client: Any = None  # the node of the wait (Cluster)
 
-    def __aiter__(self) -> "Observer":
+    def __aiter__(self) -> Observer:
         return self
 
-    async def __anext__(self) -> Optional[_core.Leader]:
+    async def __anext__(self) -> _core.Leader | None:
         if self._closed:
             raise StopAsyncIteration
         if self.last_term is None:
@@ -910,7 +917,7 @@ class Observer:
                 return
             await asyncio.sleep(0.005)  # sent, not blocked yet: try again
 
-    async def __aenter__(self) -> "Observer":
+    async def __aenter__(self) -> Observer:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -924,7 +931,7 @@ class Election:
         self,
         redis: Any,
         name: Any,
-        timeout: Optional[Number] = None,
+        timeout: Number | None = None,
         *,
         watchdog_timeout: Number = DEFAULT_WATCHDOG_TIMEOUT,
         session: bool = False,
@@ -937,14 +944,18 @@ class Election:
         self.session = session
         self.watch_timeout = float(watch_timeout)
 
-    async def campaign(self, value: Any, timeout: Optional[Number] = None) -> Optional[Leadership]:
+    async def campaign(self, value: Any, timeout: Number | None = None) -> Leadership | None:
         """Waits to lead, announcing ``value``; None when ``timeout``
         seconds pass first. Cancelling it leaves nothing queued or held."""
         raw = _core.as_bytes(value)
         owner = _core.election_owner(raw)
         lock = Lock(
-            self.redis, self.name, self.timeout, thread_local=False,
-            watchdog_timeout=self.watchdog_timeout, session=self.session,
+            self.redis,
+            self.name,
+            self.timeout,
+            thread_local=False,
+            watchdog_timeout=self.watchdog_timeout,
+            session=self.session,
         )
         if timeout is not None and timeout <= 0:
             granted = await lock.acquire(blocking=False, token=owner)
@@ -952,7 +963,7 @@ class Election:
             granted = await lock.acquire(blocking=True, blocking_timeout=timeout, token=owner)
         return Leadership(lock, raw) if granted else None
 
-    async def leader(self) -> Optional[_core.Leader]:
+    async def leader(self) -> _core.Leader | None:
         """Who leads now, or None between terms."""
         return _core.leader_of_info(_core.parse_info(await self.redis.execute_command("DLOCK.INFO", self.name)))
 

@@ -41,7 +41,9 @@ def main() -> None:
 
     follower = threading.Thread(target=follow)
     follower.start()
-    nodes = [threading.Thread(target=candidate, args=(r, n)) for n in ("10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080")]
+    nodes = [
+        threading.Thread(target=candidate, args=(r, n)) for n in ("10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080")
+    ]
     for node in nodes:
         node.start()
         time.sleep(0.05)

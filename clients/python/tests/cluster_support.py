@@ -6,7 +6,6 @@ each, met through the first node; stopped whatever happens."""
 from __future__ import annotations
 
 import time
-from typing import List, Optional
 
 import redis
 from redis.crc import key_slot
@@ -21,12 +20,18 @@ class ClusterNode(Server):
     """A ``Server`` in cluster mode (``--cluster-port`` a free port, so two
     suites never fight over port+10000)."""
 
-    def _listen_args(self) -> List[str]:
+    def _listen_args(self) -> list[str]:
         self.bus_port = free_port()
         return [
             *super()._listen_args(),
-            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", "2000", "--cluster-port", str(self.bus_port),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--cluster-port",
+            str(self.bus_port),
         ]
 
 
@@ -36,7 +41,7 @@ class Cluster:
 
     def __init__(self, binary: str, kind: str) -> None:
         self.kind = kind
-        self.nodes: List[ClusterNode] = []
+        self.nodes: list[ClusterNode] = []
         try:
             for _ in RANGES:
                 self.nodes.append(ClusterNode(binary, kind))
@@ -68,7 +73,7 @@ class Cluster:
             node.stop()
 
     @property
-    def ports(self) -> List[int]:
+    def ports(self) -> list[int]:
         return [node.port for node in self.nodes]
 
     def client(self, **options: object) -> redis.RedisCluster:
@@ -107,7 +112,7 @@ class Cluster:
                 return name
         raise AssertionError("no key found")
 
-    def info(self, key: str) -> Optional[dict]:
+    def info(self, key: str) -> dict | None:
         """``DLOCK.INFO key`` on the node serving the key."""
         client = self.serving(key).client()
         try:
@@ -205,7 +210,7 @@ class Cluster:
 
     def fail_over(self, replica: ClusterNode) -> None:
         """``CLUSTER FAILOVER`` on ``replica`` (asked again every 2 s), until
-        it is a primary."""
+        it is a primary and every node knows it (see ``_agrees``)."""
         end = time.monotonic() + PATIENCE
         asked = 0.0
         client = replica.client()
@@ -217,6 +222,37 @@ class Cluster:
                 self._patience(end, "the failover")
         finally:
             client.close()
+        replica_id = self.node_id(replica)
+        for node in self.nodes:
+            while not self._agrees(node, replica_id):
+                self._patience(end, f"node {node.port} to see the new primary")
+
+    @staticmethod
+    def _agrees(node: ClusterNode, primary_id: str) -> bool:
+        """Whether ``node`` sees ``primary_id`` as a primary and every slot
+        served. Until the gossip has reached it, a node may already see the
+        old primary as a replica but not yet the new one as a primary: its
+        slot map then lacks that range, and a ``RedisCluster`` made from it
+        later in the session fails ("All slots are not covered")."""
+        client = node.client()
+        try:
+            reply = client.execute_command("CLUSTER", "NODES")
+        finally:
+            client.close()
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        served = 0
+        promoted = False
+        for line in text.splitlines():
+            fields = line.split()
+            if len(fields) < 8 or "master" not in fields[2].split(","):
+                continue
+            promoted = promoted or fields[0] == primary_id
+            for entry in fields[8:]:
+                if entry.startswith("["):  # a slot being moved, listed again
+                    continue
+                low, _, high = entry.partition("-")
+                served += int(high or low) - int(low) + 1
+        return promoted and served == 16384
 
     @staticmethod
     def _patience(end: float, what: str) -> None:

@@ -3,10 +3,13 @@ loaded, on a free port in a temporary directory, stopped at the end of the
 session whatever happens (as tests/common/mod.rs does for the Rust suites).
 
 ``DLOCK_MODULE`` selects the module (default: target/release/libdlock.so of
-this repository), ``DLOCK_REDIS_SERVER`` the redis-server binary (default
-``redis-server``), ``DLOCK_VALKEY_SERVER`` the Valkey binary (default: what
-scripts/fetch-valkey.sh prints) and ``DLOCK_PY_SERVERS`` which of the two
-run (``redis,valkey`` by default)."""
+this repository), ``DLOCK_REDIS_SERVER`` the redis-server binary of kind
+``redis`` (default ``redis-server``, Redis 7.0 here), ``DLOCK_REDIS8_SERVER``
+the one of kind ``redis8`` (default: what scripts/fetch-redis8.sh prints),
+``DLOCK_VALKEY_SERVER`` the Valkey binary (default: what
+scripts/fetch-valkey.sh prints) and ``DLOCK_PY_SERVERS`` which kinds run
+(``redis,valkey`` by default; ``make python-test`` runs ``redis8`` with the
+oldest redis-py)."""
 
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable
 
 import pytest
 import redis
@@ -38,6 +42,9 @@ def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
     # tests fail for a reason that is not dlock's. Restore Python's own.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorkerCounts())
+
 
 REPO = Path(__file__).resolve().parents[3]
 PATIENCE = 20.0
@@ -77,7 +84,7 @@ class Server:
         self.binary = binary
         self.kind = kind
         self.dir = tempfile.mkdtemp(prefix=f"dlock-py-{kind}-")
-        self.process: Optional[subprocess.Popen] = None
+        self.process: subprocess.Popen | None = None
         self.port = 0
         self.tls = tls
         self.ca_file = str(Path(self.dir) / "tls" / "ca.crt")
@@ -97,22 +104,44 @@ class Server:
             raise NoTLS(f"{binary} has no TLS built in")
         raise RuntimeError(f"{kind} did not start; log:\n{log}")
 
-    def _listen_args(self) -> List[str]:
+    def _listen_args(self) -> list[str]:
         if not self.tls:
             return ["--port", str(self.port)]
         certs = Path(self.dir) / "tls"
         return [
-            "--port", "0", "--tls-port", str(self.port),
-            "--tls-cert-file", str(certs / "server.crt"), "--tls-key-file", str(certs / "server.key"),
-            "--tls-ca-cert-file", str(certs / "ca.crt"), "--tls-auth-clients", "no",
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(certs / "server.crt"),
+            "--tls-key-file",
+            str(certs / "server.key"),
+            "--tls-ca-cert-file",
+            str(certs / "ca.crt"),
+            "--tls-auth-clients",
+            "no",
         ]
 
     def _spawn(self) -> bool:
         self.process = subprocess.Popen(
             [
-                self.binary, *self._listen_args(), "--bind", "127.0.0.1",
-                "--dir", self.dir, "--logfile", "server.log", "--daemonize", "no",
-                "--save", "", "--appendonly", "no", "--loadmodule", self.module,
+                self.binary,
+                *self._listen_args(),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir,
+                "--logfile",
+                "server.log",
+                "--daemonize",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--loadmodule",
+                self.module,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -161,36 +190,50 @@ class Server:
         return bool(reply) and reply[0] is not None
 
 
-def _valkey_binary() -> str:
-    path = os.environ.get("DLOCK_VALKEY_SERVER")
+#: Per server kind: the variable naming its binary, and the script that
+#: prints one when the variable is unset (None: ``redis-server`` on PATH).
+SERVER_KINDS: dict[str, tuple[str, str | None]] = {
+    "redis": ("DLOCK_REDIS_SERVER", None),
+    "redis8": ("DLOCK_REDIS8_SERVER", "fetch-redis8.sh"),
+    "valkey": ("DLOCK_VALKEY_SERVER", "fetch-valkey.sh"),
+}
+
+
+def server_binary(kind: str) -> str:
+    """The server binary of a kind of ``DLOCK_PY_SERVERS``."""
+    if kind not in SERVER_KINDS:
+        raise ValueError(f"unknown server kind {kind!r} (known: {', '.join(SERVER_KINDS)})")
+    variable, script = SERVER_KINDS[kind]
+    path = os.environ.get(variable)
     if path:
         return path
-    out = subprocess.run([str(REPO / "scripts" / "fetch-valkey.sh")], check=True, capture_output=True, text=True)
+    if script is None:
+        return "redis-server"
+    out = subprocess.run([str(REPO / "scripts" / script)], check=True, capture_output=True, text=True)
     return out.stdout.strip()
 
 
-def _kinds() -> List[str]:
+def server_kinds() -> list[str]:
+    """The kinds of ``DLOCK_PY_SERVERS``, in its order."""
     return [k.strip() for k in os.environ.get("DLOCK_PY_SERVERS", "redis,valkey").split(",") if k.strip()]
 
 
-@pytest.fixture(scope="session", params=_kinds())
+@pytest.fixture(scope="session", params=server_kinds())
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     kind = request.param
-    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
-    srv = Server(binary, kind)
+    srv = Server(server_binary(kind), kind)
     try:
         yield srv
     finally:
         srv.stop()
 
 
-@pytest.fixture(scope="session", params=_kinds())
+@pytest.fixture(scope="session", params=server_kinds())
 def tls_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """A TLS-only server of each kind (skipped where the binary has no TLS)."""
     kind = request.param
-    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
     try:
-        srv = Server(binary, kind, tls=True)
+        srv = Server(server_binary(kind), kind, tls=True)
     except NoTLS as error:
         pytest.skip(str(error))
     try:
@@ -199,22 +242,21 @@ def tls_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         srv.stop()
 
 
-def _cluster_kinds() -> List[str]:
-    wanted = os.environ.get("DLOCK_PY_CLUSTER_SERVERS", "redis")
-    return [k.strip() for k in wanted.split(",") if k.strip() and k.strip() in _kinds()]
+def _cluster_kinds() -> list[str]:
+    wanted = os.environ.get("DLOCK_PY_CLUSTER_SERVERS", "redis,redis8")
+    return [k.strip() for k in wanted.split(",") if k.strip() and k.strip() in server_kinds()]
 
 
 @pytest.fixture(scope="session", params=_cluster_kinds())
 def cluster(request: pytest.FixtureRequest) -> Iterator[object]:
     """A Redis Cluster of three primaries with the module loaded
     (tests/cluster_support.py), for the whole session; stopped whatever
-    happens. ``DLOCK_PY_CLUSTER_SERVERS`` (default ``redis``) says of which
-    kinds of ``DLOCK_PY_SERVERS``."""
+    happens. ``DLOCK_PY_CLUSTER_SERVERS`` (default ``redis,redis8``: the
+    Redis kinds, not Valkey) says of which kinds of ``DLOCK_PY_SERVERS``."""
     from cluster_support import Cluster
 
     kind = request.param
-    binary = os.environ.get("DLOCK_REDIS_SERVER", "redis-server") if kind == "redis" else _valkey_binary()
-    running = Cluster(binary, kind)
+    running = Cluster(server_binary(kind), kind)
     try:
         yield running
     finally:
@@ -235,7 +277,7 @@ def key(request: pytest.FixtureRequest) -> str:
     return f"{request.node.name}:{uuid.uuid4().hex[:8]}"
 
 
-def require(server: Server, *commands: str, option: Optional[str] = None) -> None:
+def require(server: Server, *commands: str, option: str | None = None) -> None:
     """Skips the test when the server lacks a command (not merged yet)."""
     for command in commands:
         if not server.has_command(command):
@@ -253,13 +295,34 @@ def require_shared(server: Server) -> None:
     client.execute_command("DLOCK.RELEASE", probe, "probe", "SHARED")
 
 
-def info(client: redis.Redis, key: str) -> Optional[dict]:
+def info(client: redis.Redis, key: str) -> dict | None:
     """DLOCK.INFO as a dict with str keys (RESP2 pairs or a RESP3 map)."""
     return parse_info(client.execute_command("DLOCK.INFO", key))
 
 
-#: Per server kind, [run, skipped] scenarios of test_conformance.py.
+#: Per server kind, [run, skipped] scenarios of test_conformance.py (with
+#: pytest-xdist: of this worker, and in the controller the sum over them).
 CONFORMANCE_COUNTS: dict = {}
+
+
+class _WorkerCounts:
+    """Under pytest-xdist (``make python-test`` runs ``-n 3``) each worker
+    counts its own scenarios: a worker hands its counts over at its end,
+    and the controller adds them up for the summary line."""
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        output = getattr(session.config, "workeroutput", None)
+        if output is not None:  # in a worker
+            output["dlock_conformance_counts"] = {kind: list(pair) for kind, pair in CONFORMANCE_COUNTS.items()}
+
+    @pytest.hookimpl
+    def pytest_testnodedown(self, node, error) -> None:  # type: ignore[no-untyped-def]
+        got = getattr(node, "workeroutput", {}).get("dlock_conformance_counts", {})
+        for kind, (run, skipped) in got.items():
+            counts = CONFORMANCE_COUNTS.setdefault(kind, [0, 0])
+            counts[0] += run
+            counts[1] += skipped
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ import redis.asyncio
 from redis.exceptions import LockError, LockNotOwnedError
 
 import dlock.asyncio
-from conftest import info, wait_until
+from conftest import info
 
 
 def run(server, body):
@@ -227,7 +227,7 @@ def test_cancellation_racing_a_grant_gives_it_back(server, key):
             waiter = make(client, name)
             task = asyncio.ensure_future(waiter.acquire(blocking_timeout=60))
 
-            async def queued():
+            async def queued(name=name):
                 return (await ainfo(client, name))["waiting"] == 1
 
             await until(queued, what="the waiter in the queue")
@@ -238,7 +238,7 @@ def test_cancellation_racing_a_grant_gives_it_back(server, key):
             except asyncio.CancelledError:
                 granted = False
 
-            async def empty():
+            async def empty(name=name):
                 return await ainfo(client, name) is None
 
             if granted:

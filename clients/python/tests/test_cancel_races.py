@@ -65,7 +65,7 @@ def test_asyncio_task_cancel_and_timeouts_race_the_grant(server):
                     else:
                         # asyncio's own deadline (wait_for; asyncio.timeout
                         # too where it exists) ending as the holder releases.
-                        async def release_later():
+                        async def release_later(holder=holder, jitter=jitter):
                             await asyncio.sleep(WAIT - 0.002 + jitter)
                             await holder.release()
 
@@ -110,5 +110,5 @@ def test_threaded_blocking_timeout_races_the_grant(server):
         if granted:
             waiter.release()
         outcomes.add(granted)
-        wait_until(lambda: info(r, key) is None, what=f"nothing left on {key}")
+        wait_until(lambda key=key: info(r, key) is None, what=f"nothing left on {key}")
     assert False in outcomes, outcomes

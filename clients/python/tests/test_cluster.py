@@ -303,7 +303,9 @@ def test_a_slot_moved_during_a_wait_a_renewal_and_a_watch(cluster, rc, tag):
 
     cluster.start_moving(key, target)
     cluster.migrate(key, source, target)
-    wait_until(lambda: (_asking_info(target, key) or {}).get("waiting") == 1, what="the wait sent again to the new node")
+    wait_until(
+        lambda: (_asking_info(target, key) or {}).get("waiting") == 1, what="the wait sent again to the new node"
+    )
     cluster.finish_moving(key, target)
     wait_until(lambda: dlock_info(target, "dlock_watchers") == 1, what="the watch moved to the new node")
     assert dlock_info(source, "dlock_watchers") == 0

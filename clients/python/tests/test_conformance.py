@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import jsonschema
 import pytest
@@ -36,21 +36,50 @@ RAW_READ_TIMEOUT = 15.0
 POLL = 0.005
 
 STEP_FIELDS = {
-    "op", "note", "result", "error", "capture", "within_ms", "background", "client", "conn", "guard",
-    "task", "observer", "as", "kind", "key", "keys", "limit", "weight", "lease_ms", "wait_ms",
-    "wait_forever", "fair", "session", "owner", "count", "n", "ttl_ms", "timeout_ms", "identity",
-    "args", "ms", "field", "returns_within_ms",
+    "op",
+    "note",
+    "result",
+    "error",
+    "capture",
+    "within_ms",
+    "background",
+    "client",
+    "conn",
+    "guard",
+    "task",
+    "observer",
+    "as",
+    "kind",
+    "key",
+    "keys",
+    "limit",
+    "weight",
+    "lease_ms",
+    "wait_ms",
+    "wait_forever",
+    "fair",
+    "session",
+    "owner",
+    "count",
+    "n",
+    "ttl_ms",
+    "timeout_ms",
+    "identity",
+    "args",
+    "ms",
+    "field",
+    "returns_within_ms",
 }
 READ_STEPS = {"info", "info_dlock", "command", "held", "lost", "leader", "observed", "latch_count"}
 
 
-def _files() -> List[Path]:
+def _files() -> list[Path]:
     files = sorted((CONFORMANCE / "scenarios").glob("*.json"))
     assert files, f"no scenario files in {CONFORMANCE}"
     return files
 
 
-def _scenarios() -> List[Any]:
+def _scenarios() -> list[Any]:
     out = []
     for path in _files():
         for scenario in json.loads(path.read_text())["scenarios"]:
@@ -196,7 +225,7 @@ class Guard:
     def __init__(self, lock: Any, multi: bool) -> None:
         self.lock = lock
         fence = lock.fence
-        self.tokens: List[int] = list(fence) if multi else [fence]
+        self.tokens: list[int] = list(fence) if multi else [fence]
         self.owner = to_json(lock.local.token)
         self.released = False
         #: The leadership of a campaign's guard (``resign`` gives it up).
@@ -206,17 +235,17 @@ class Guard:
 class Runner:
     def __init__(self, server: Any) -> None:
         self.server = server
-        self.clients: Dict[str, Any] = {}
-        self.conns: Dict[str, Any] = {}
-        self.guards: Dict[str, Guard] = {}
-        self.tasks: Dict[str, Tuple[str, "asyncio.Task[Any]"]] = {}
-        self.vars: Dict[str, Any] = {}
+        self.clients: dict[str, Any] = {}
+        self.conns: dict[str, Any] = {}
+        self.guards: dict[str, Guard] = {}
+        self.tasks: dict[str, tuple[str, asyncio.Task[Any]]] = {}
+        self.vars: dict[str, Any] = {}
         #: name -> (observer, the task reading it, {"latest": observation})
-        self.observers: Dict[str, Tuple[Any, "asyncio.Task[Any]", Dict[str, Any]]] = {}
+        self.observers: dict[str, tuple[Any, asyncio.Task[Any], dict[str, Any]]] = {}
 
     # -- names -------------------------------------------------------------
 
-    def client(self, step: Dict[str, Any]) -> Any:
+    def client(self, step: dict[str, Any]) -> Any:
         name = step.get("client")
         if name is None:
             raise Failure("the step names no client")
@@ -224,12 +253,12 @@ class Runner:
             self.clients[name] = redis.asyncio.Redis(port=self.server.port)
         return self.clients[name]
 
-    def raw(self, name: str) -> "RawConnection":
+    def raw(self, name: str) -> RawConnection:
         if name not in self.conns:
             self.conns[name] = RawConnection(self.server.port)
         return self.conns[name]
 
-    def guard(self, step: Dict[str, Any]) -> Guard:
+    def guard(self, step: dict[str, Any]) -> Guard:
         name = step.get("guard")
         if name not in self.guards:
             raise Failure(f"unknown guard {name}")
@@ -270,7 +299,7 @@ class Runner:
 
     # -- steps -------------------------------------------------------------
 
-    async def step(self, step: Dict[str, Any]) -> None:
+    async def step(self, step: dict[str, Any]) -> None:
         unknown = set(step) - STEP_FIELDS
         if unknown:
             raise Failure(f"unknown fields {sorted(unknown)}")
@@ -306,7 +335,7 @@ class Runner:
                 self.vars[step["capture"]] = value
             return
 
-    def judge(self, step: Dict[str, Any], value: Any, error: Optional[str]) -> None:
+    def judge(self, step: dict[str, Any], value: Any, error: str | None) -> None:
         # With both `result` and `error` the step may end either way (README, Matchers).
         if error is not None:
             if "error" not in step:
@@ -321,7 +350,7 @@ class Runner:
             check(self.resolve(step["result"]), value)
 
     @staticmethod
-    async def timed(work: Any) -> Tuple[Any, Optional[str], float]:
+    async def timed(work: Any) -> tuple[Any, str | None, float]:
         """A background step: (value, error kind, seconds from its start to
         its end). Any error of the library is a kind (R9.1), never a crash
         of the runner."""
@@ -334,7 +363,7 @@ class Runner:
             value, error = None, kind_of(failed)
         return value, error, time.monotonic() - began
 
-    def start(self, step: Dict[str, Any]) -> Any:
+    def start(self, step: dict[str, Any]) -> Any:
         op = step["op"]
         if op == "acquire":
             return self.acquire(step)
@@ -348,10 +377,10 @@ class Runner:
             return self.run(step)
         raise Failure(f"{op} cannot run in the background")
 
-    def make_lock(self, step: Dict[str, Any]) -> Tuple[Any, bool]:
+    def make_lock(self, step: dict[str, Any]) -> tuple[Any, bool]:
         r = self.client(step)
         kind = step.get("kind", "lock")
-        options: Dict[str, Any] = {"watchdog_timeout": step.get("lease_ms", 30000) / 1000}
+        options: dict[str, Any] = {"watchdog_timeout": step.get("lease_ms", 30000) / 1000}
         if step.get("session"):
             options["session"] = True
         if step.get("fair"):
@@ -366,7 +395,7 @@ class Runner:
             return dlock.asyncio.MultiLock(r, step["keys"], **options), True
         raise Failure(f"unknown kind {kind}")
 
-    async def acquire(self, step: Dict[str, Any]) -> Any:
+    async def acquire(self, step: dict[str, Any]) -> Any:
         try:
             lock, multi = self.make_lock(step)
         except (ValueError, TypeError) as error:
@@ -387,12 +416,12 @@ class Runner:
         self.guards[step["as"]] = Guard(lock, multi)
         return None
 
-    def election(self, step: Dict[str, Any]) -> Any:
+    def election(self, step: dict[str, Any]) -> Any:
         return dlock.asyncio.Election(
             self.client(step), step["key"], watchdog_timeout=step.get("lease_ms", 30000) / 1000
         )
 
-    async def campaign(self, step: Dict[str, Any]) -> Any:
+    async def campaign(self, step: dict[str, Any]) -> Any:
         if step.get("wait_forever"):
             timeout = None
         else:
@@ -408,9 +437,9 @@ class Runner:
         self.guards[step["as"]] = guard
         return None
 
-    async def observe(self, step: Dict[str, Any]) -> None:
+    async def observe(self, step: dict[str, Any]) -> None:
         observer = self.election(step).observe()
-        seen: Dict[str, Any] = {"latest": "nothing"}
+        seen: dict[str, Any] = {"latest": "nothing"}
 
         async def follow() -> None:
             while True:
@@ -434,7 +463,7 @@ class Runner:
         except BaseException:  # stopped either way
             pass
 
-    async def latch_wait(self, step: Dict[str, Any]) -> Any:
+    async def latch_wait(self, step: dict[str, Any]) -> Any:
         latch = dlock.asyncio.Latch(self.client(step), step["key"])
         timeout = step["timeout_ms"]
         try:
@@ -445,7 +474,7 @@ class Runner:
             raise StepError(kind_of(error)) from None
         return "opened" if opened else "timed_out"
 
-    async def command(self, step: Dict[str, Any], dedicated: bool = False) -> Any:
+    async def command(self, step: dict[str, Any], dedicated: bool = False) -> Any:
         args = [self.text(a) for a in step["args"]]
         conn = self.raw(step["conn"]) if not dedicated else RawConnection(self.server.port)
         try:
@@ -456,7 +485,7 @@ class Runner:
             if dedicated:
                 await conn.aclose()
 
-    async def run(self, step: Dict[str, Any]) -> Any:
+    async def run(self, step: dict[str, Any]) -> Any:
         op = step["op"]
         if op == "acquire":
             return await self.acquire(step)
@@ -547,7 +576,7 @@ class Runner:
             return dlock_calls(text)
         if op == "info_dlock":
             text = to_json(await self.raw(step.get("conn", "admin")).execute_command("INFO", "dlock"))
-            values: Dict[str, Any] = {}
+            values: dict[str, Any] = {}
             for line in text.splitlines():
                 if ":" in line:
                     name, _, raw = line.strip().partition(":")
@@ -699,7 +728,7 @@ def start(server: Any) -> None:
         time.sleep(0.1)
 
 
-async def run_scenario(server: Any, scenario: Dict[str, Any]) -> None:
+async def run_scenario(server: Any, scenario: dict[str, Any]) -> None:
     for run in range(1, scenario.get("repeat", 1) + 1):
         try:
             await run_once(server, scenario)
@@ -709,7 +738,7 @@ async def run_scenario(server: Any, scenario: Dict[str, Any]) -> None:
             raise Failure(f"run {run}: {failure}") from None
 
 
-async def run_once(server: Any, scenario: Dict[str, Any]) -> None:
+async def run_once(server: Any, scenario: dict[str, Any]) -> None:
     runner = Runner(server)
     admin = runner.raw("admin")
     await admin.execute_command("CLIENT", "UNPAUSE")

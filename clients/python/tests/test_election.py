@@ -155,7 +155,7 @@ def test_close_as_the_next_wait_begins_ends_it(server, r, key):
         observer = dlock.Election(r, f"{key}:{round_}", watch_timeout=60).observe()
         first = threading.Event()
 
-        def iterate():
+        def iterate(observer=observer, first=first):
             for _ in observer:
                 first.set()
 

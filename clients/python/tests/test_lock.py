@@ -404,7 +404,7 @@ def test_blocked_wait_does_not_delay_renewals(server, key):
     wait_until(lambda: info(r, key)["waiting"] == 1, what="the waiter in the queue")
     for _renewal in range(2):
         before = hold.lost.deadline.at
-        wait_until(lambda: hold.lost.deadline.at != before, what="a renewal during the wait")
+        wait_until(lambda before=before: hold.lost.deadline.at != before, what="a renewal during the wait")
     assert info(r, key)["waiting"] == 1  # the wait was blocked all along
     holder.release()
     thread.join(PATIENCE)
@@ -450,7 +450,7 @@ def test_interrupted_wait_gives_back_a_racing_grant(r, key):
         assert holder.acquire()
         waiter = make(r, name)
         # The hand-off and the interruption happen together.
-        thread = _interrupt_when(lambda: info(r, name)["waiting"] == 1, then=holder.release)
+        thread = _interrupt_when(lambda name=name: info(r, name)["waiting"] == 1, then=holder.release)
         interrupted = False
         try:
             waiter.acquire(blocking_timeout=60)
@@ -463,7 +463,7 @@ def test_interrupted_wait_gives_back_a_racing_grant(r, key):
         assert interrupted
         if waiter.local.token is not None:
             waiter.release()  # the grant came before the signal, and acquire returned
-        wait_until(lambda: info(r, name) is None, what="no hold and no waiter left")
+        wait_until(lambda name=name: info(r, name) is None, what="no hold and no waiter left")
 
 
 def test_threads_contending_for_one_lock_exclude_each_other(r, key):

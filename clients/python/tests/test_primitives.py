@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-import time
 
 import pytest
 import redis.asyncio
@@ -268,7 +267,10 @@ def test_asyncio_rwlock_and_semaphore(server, r, key):
             assert not await dlock.asyncio.RWLock(client, key, timeout=10).write_lock().acquire(blocking=False)
             await rw2.read_lock().release()
         sem = f"{key}:sem"
-        one, two = dlock.asyncio.Semaphore(client, sem, 1, timeout=10), dlock.asyncio.Semaphore(client, sem, 1, timeout=10)
+        one, two = (
+            dlock.asyncio.Semaphore(client, sem, 1, timeout=10),
+            dlock.asyncio.Semaphore(client, sem, 1, timeout=10),
+        )
         assert await one.acquire()
         waiter = asyncio.ensure_future(two.acquire(blocking_timeout=20))
         while (await client.execute_command("DLOCK.INFO", sem)) is None or info(r, sem)["waiting"] != 1:

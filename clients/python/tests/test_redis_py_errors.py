@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable
 
 import pytest
 import redis
@@ -36,7 +36,7 @@ ASYNC_CLASSES = [redis.asyncio.lock.Lock, dlock.asyncio.Lock]
 SHORT = 0.05
 
 
-def outcome(error: Optional[BaseException]) -> str:
+def outcome(error: BaseException | None) -> str:
     """What redis-py's user sees: the most precise of redis-py's classes."""
     if error is None:
         return "ok"
@@ -80,7 +80,7 @@ async def await_unlocked(lock: Any) -> None:
 # -- the scenarios (sync) ----------------------------------------------------
 
 
-def lease_ran_out(r: redis.Redis, key: str, cls: type) -> List[str]:
+def lease_ran_out(r: redis.Redis, key: str, cls: type) -> list[str]:
     lock = r.lock(key, timeout=SHORT, lock_class=cls)
     assert lock.acquire(blocking=False)
     wait_unlocked(lock)
@@ -92,7 +92,7 @@ def lease_ran_out(r: redis.Redis, key: str, cls: type) -> List[str]:
     ]
 
 
-def key_deleted(r: redis.Redis, key: str, cls: type) -> List[str]:
+def key_deleted(r: redis.Redis, key: str, cls: type) -> list[str]:
     lock = r.lock(key, timeout=10, lock_class=cls)
     assert lock.acquire(blocking=False)
     r.delete(key)
@@ -100,7 +100,7 @@ def key_deleted(r: redis.Redis, key: str, cls: type) -> List[str]:
     return first + [attempt(lock.release), attempt(lock.release)]
 
 
-def another_owner(r: redis.Redis, key: str, cls: type) -> List[str]:
+def another_owner(r: redis.Redis, key: str, cls: type) -> list[str]:
     lock = r.lock(key, timeout=SHORT, lock_class=cls)
     assert lock.acquire(blocking=False)
     wait_unlocked(lock)
@@ -111,7 +111,7 @@ def another_owner(r: redis.Redis, key: str, cls: type) -> List[str]:
     return seen + [attempt(other.release)]
 
 
-def unlocked(r: redis.Redis, key: str, cls: type) -> List[str]:
+def unlocked(r: redis.Redis, key: str, cls: type) -> list[str]:
     lock = r.lock(key, timeout=10, lock_class=cls)
     seen = [attempt(lock.release), attempt(lambda: lock.extend(1)), attempt(lock.reacquire)]
     forever = r.lock(key, lock_class=cls)  # timeout=None
@@ -120,7 +120,7 @@ def unlocked(r: redis.Redis, key: str, cls: type) -> List[str]:
     return seen
 
 
-def overran_in_with(r: redis.Redis, key: str, cls: type) -> List[str]:
+def overran_in_with(r: redis.Redis, key: str, cls: type) -> list[str]:
     def loud() -> None:
         with r.lock(key, timeout=SHORT, lock_class=cls) as lock:
             wait_unlocked(lock)
@@ -170,7 +170,7 @@ def test_sync_lost_then_release_raises_and_leaves_the_new_owner(r, key):
 # -- the same scenarios on redis.asyncio ------------------------------------
 
 
-async def alease_ran_out(client: Any, key: str, cls: type) -> List[str]:
+async def alease_ran_out(client: Any, key: str, cls: type) -> list[str]:
     lock = client.lock(key, timeout=SHORT, lock_class=cls)
     assert await lock.acquire(blocking=False)
     await await_unlocked(lock)
@@ -182,7 +182,7 @@ async def alease_ran_out(client: Any, key: str, cls: type) -> List[str]:
     ]
 
 
-async def akey_deleted(client: Any, key: str, cls: type) -> List[str]:
+async def akey_deleted(client: Any, key: str, cls: type) -> list[str]:
     lock = client.lock(key, timeout=10, lock_class=cls)
     assert await lock.acquire(blocking=False)
     await client.delete(key)
@@ -194,7 +194,7 @@ async def akey_deleted(client: Any, key: str, cls: type) -> List[str]:
     ]
 
 
-async def aanother_owner(client: Any, key: str, cls: type) -> List[str]:
+async def aanother_owner(client: Any, key: str, cls: type) -> list[str]:
     lock = client.lock(key, timeout=SHORT, lock_class=cls)
     assert await lock.acquire(blocking=False)
     await await_unlocked(lock)
@@ -209,7 +209,7 @@ async def aanother_owner(client: Any, key: str, cls: type) -> List[str]:
     return seen + [await aattempt(other.release)]
 
 
-async def aunlocked(client: Any, key: str, cls: type) -> List[str]:
+async def aunlocked(client: Any, key: str, cls: type) -> list[str]:
     lock = client.lock(key, timeout=10, lock_class=cls)
     seen = [
         await aattempt(lock.release),
@@ -226,7 +226,7 @@ async def aunlocked(client: Any, key: str, cls: type) -> List[str]:
     return seen
 
 
-async def aoverran_in_with(client: Any, key: str, cls: type) -> List[str]:
+async def aoverran_in_with(client: Any, key: str, cls: type) -> list[str]:
     async def loud() -> None:
         async with client.lock(key, timeout=SHORT, lock_class=cls) as lock:
             await await_unlocked(lock)
@@ -251,6 +251,7 @@ ASYNC_SCENARIOS = {
 def test_asyncio_drop_in_raises_where_redis_py_raises(server, key, scenario):
     if scenario is aoverran_in_with and not QUIET_RELEASE:
         pytest.skip(f"redis-py {redis.__version__}'s Redis.lock has no raise_on_release_error")
+
     async def main() -> dict:
         client = redis.asyncio.Redis(port=server.port)
         try:

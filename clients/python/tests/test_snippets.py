@@ -24,7 +24,7 @@ import asyncio
 import re
 import sys
 import textwrap
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import pytest
 
@@ -34,7 +34,7 @@ SKIP = re.compile(r"<!--\s*snippet:\s*skip\b(.*?)-->")
 CLUSTER = re.compile(r"<!--\s*snippet:\s*cluster\b")
 
 
-def blocks(text: str, language: str) -> List[Tuple[int, str, str]]:
+def blocks(text: str, language: str) -> list[tuple[int, str, str]]:
     """(line, code, skip reason or "") of each block fenced with ``language``."""
     found = []
     lines = text.split("\n")
@@ -56,7 +56,7 @@ def blocks(text: str, language: str) -> List[Tuple[int, str, str]]:
     return found
 
 
-def section(text: str, title: str) -> Tuple[int, str]:
+def section(text: str, title: str) -> tuple[int, str]:
     """The ``## title`` section of a document: (its first line's index, its text)."""
     lines = text.split("\n")
     start = lines.index(f"## {title}")
@@ -64,7 +64,7 @@ def section(text: str, title: str) -> Tuple[int, str]:
     return start, "\n".join(lines[start:end])
 
 
-def documents() -> List[Tuple[str, List[Tuple[int, str, str]]]]:
+def documents() -> list[tuple[str, list[tuple[int, str, str]]]]:
     readme = (REPO / "clients" / "python" / "README.md").read_text()
     guide = (REPO / "docs" / "clients.md").read_text()
     offset, python = section(guide, "Python")
@@ -89,7 +89,7 @@ def _caller(name: str) -> Any:
     return sys._getframe(2).f_locals[name]
 
 
-def stubs(r: Any) -> Dict[str, Any]:
+def stubs(r: Any) -> dict[str, Any]:
     def fenced(fence: Any = None, fences: Any = None, **_: Any) -> _Awaitable:
         if fence is not None:
             assert isinstance(fence, int) and fence > 0, fence
@@ -136,7 +136,7 @@ def localise(code: str, port: int) -> str:
     return re.sub(r"\bRedis\(\)", f"Redis(port={port})", code)
 
 
-def run_block(code: str, namespace: Dict[str, Any], where: str) -> None:
+def run_block(code: str, namespace: dict[str, Any], where: str) -> None:
     compiled = compile(code, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     try:
         result = eval(compiled, namespace)  # noqa: S307 - the document's own code
@@ -152,7 +152,7 @@ def test_python_blocks_run(server, document):
     assert found, f"{name}: no python block found"
     client = server.client()
     client.flushall()
-    namespace: Dict[str, Any] = {"__name__": "__snippet__", **stubs(client)}
+    namespace: dict[str, Any] = {"__name__": "__snippet__", **stubs(client)}
     ran = 0
     try:
         for line, code, skip in found:
@@ -181,7 +181,7 @@ def test_cluster_blocks_run(cluster, document):
     (``port=6379`` becomes one of its nodes)."""
     name, found = document
     client = cluster.client()
-    namespace: Dict[str, Any] = {"__name__": "__snippet__", **stubs(client)}
+    namespace: dict[str, Any] = {"__name__": "__snippet__", **stubs(client)}
     ran = 0
     try:
         for line, code, skip in found:
@@ -218,4 +218,3 @@ def test_every_python_block_is_found():
     _offset, python = section(guide, "Python")
     for text, found in ((readme, blocks(readme, "python")), (python, blocks(python, "python"))):
         assert len(found) == text.count("```python")
-

@@ -8,7 +8,7 @@ acquire, a blocking hand-off, a renewal, a release and an election, and a
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 import redis
@@ -17,7 +17,7 @@ import dlock
 from conftest import REPO, Server, info, wait_until
 
 
-def doc_block(what: str) -> List[str]:
+def doc_block(what: str) -> list[str]:
     """The lines of the fenced block after ``<!-- tls: WHAT -->``."""
     lines = (REPO / "docs" / "operations.md").read_text().splitlines()
     start = lines.index(f"<!-- tls: {what} -->") + 1
@@ -34,9 +34,9 @@ def create_documented_app_user(admin: redis.Redis) -> None:
     assert admin.execute_command(*line.split()) in (b"OK", True)
 
 
-def connect_as_documented(server: Server) -> Dict[str, Any]:
+def connect_as_documented(server: Server) -> dict[str, Any]:
     """Runs the document's Python block; its names (``r``, ``lock``)."""
-    names: Dict[str, Any] = {"host": "127.0.0.1", "port": server.port, "ca_file": server.ca_file}
+    names: dict[str, Any] = {"host": "127.0.0.1", "port": server.port, "ca_file": server.ca_file}
     exec("\n".join(doc_block("client python")), names)
     return names
 
@@ -62,7 +62,7 @@ def test_an_acl_user_over_tls_locks_hands_off_renews_releases_and_elects(tls_ser
     # A blocking hand-off: a second lock waits in the queue until the first
     # is released.
     second = r.lock("app1:job", timeout=10, blocking_timeout=10, thread_local=False, lock_class=dlock.Lock)
-    granted: List[bool] = []
+    granted: list[bool] = []
     waiter = threading.Thread(target=lambda: granted.append(second.acquire()))
     waiter.start()
     wait_until(lambda: (info(admin, "app1:job") or {}).get("waiting") == 1, what="the waiter to queue")
