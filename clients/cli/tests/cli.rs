@@ -1405,3 +1405,126 @@ fn run_against_a_stalled_server_exits_by_the_wait_plus_the_margin() {
         Some(&b"holder"[..])
     );
 }
+
+/// The commands of [`stalled_commands`]: a latch wait with `--wait 1s`,
+/// bounded by the wait plus the 2 s margin (the run's bound above), and an
+/// election and a latch wait without end, whose connecting is bounded by
+/// the connect timeout (5 s) plus the margin.
+const STALLED_COMMANDS: [(&[&str], Duration); 3] = [
+    (
+        &["latch", "gate", "wait", "--wait", "1s"],
+        Duration::from_millis(4_500),
+    ),
+    (&["latch", "gate", "wait"], Duration::from_secs(7)),
+    (
+        &["elect", "leader", "--value", "a", "--", "true"],
+        Duration::from_secs(7),
+    ),
+];
+
+/// Starts the [`STALLED_COMMANDS`] at once against `server` (stalled by the
+/// caller) and checks that each exits 69 by its bound.
+fn stalled_commands_exit_69_by_their_bounds(server: &Server) {
+    let started = Instant::now();
+    let mut running: Vec<_> = STALLED_COMMANDS
+        .iter()
+        .map(|(args, bound)| {
+            let child = dlock(server)
+                .args(*args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn dlock");
+            (args, *bound, Some(child), None)
+        })
+        .collect();
+    // Past this, a command that still runs is killed and reported.
+    let patience = Duration::from_secs(12);
+    while running.iter().any(|(_, _, child, _)| child.is_some()) {
+        let late = started.elapsed() > patience;
+        for (_, _, child, ended) in running.iter_mut() {
+            let exited = child.as_mut().is_some_and(|child| {
+                if late {
+                    let _ = child.kill();
+                }
+                child.try_wait().expect("try_wait").is_some()
+            });
+            if exited {
+                let took = started.elapsed();
+                let out = wait_output(child.take().expect("the child"), patience);
+                *ended = Some((took, out));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for (args, bound, _, ended) in running {
+        let (took, out) = ended.expect("ended");
+        let command = args.join(" ");
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "dlock {command} after {took:?} ({:?}, killed past {patience:?}): {}",
+            out.status,
+            stderr_of(&out)
+        );
+        assert!(
+            took < bound,
+            "dlock {command} exited after {took:?}, not within {bound:?}: {}",
+            stderr_of(&out)
+        );
+        eprintln!("dlock {command}: 69 after {took:?}");
+    }
+}
+
+/// Once the server answers again: no leader, the latch as it was with no
+/// waiter, and no connection but `conn`'s.
+fn nothing_left_by_the_stalled_commands(conn: &mut common::Connection) {
+    eventually(
+        "no leader, no latch waiter, no other connection",
+        Duration::from_secs(20),
+        || {
+            let clients = match cmd(conn, &["CLIENT", "LIST"]) {
+                Ok(Value::BulkString(text)) => String::from_utf8_lossy(&text).lines().count(),
+                Ok(Value::VerbatimString { text, .. }) => text.lines().count(),
+                other => panic!("CLIENT LIST: {other:?}"),
+            };
+            common::info(conn, "leader").is_none()
+                && common::info_int(conn, "gate", "waiting") == 0
+                && clients == 1
+        },
+    );
+    assert_eq!(common::info_int(conn, "gate", "count"), 1);
+}
+
+/// R4.6, R4.7 for the shell: `dlock elect` and `dlock latch wait` against a
+/// frozen server (SIGSTOP: the kernel accepts the connection, nothing
+/// answers) exit 69 by their bounds, and leave nothing once it runs again.
+#[test]
+fn elect_and_latch_wait_against_a_frozen_server_exit_69_by_their_bounds() {
+    let server = Server::start();
+    let mut conn = common::connect_port(server.port, Duration::from_secs(30));
+    cmd(&mut conn, &["DLOCK.LATCH", "gate", "1", "60000"]).expect("DLOCK.LATCH");
+    let pid = common::info_field(&mut conn, "server", "process_id")
+        .parse::<u32>()
+        .expect("the server's pid");
+    send_signal(pid, libc::SIGSTOP);
+    let outcome = std::panic::catch_unwind(|| stalled_commands_exit_69_by_their_bounds(&server));
+    send_signal(pid, libc::SIGCONT);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    nothing_left_by_the_stalled_commands(&mut conn);
+}
+
+/// The same against a paused server (`CLIENT PAUSE ALL`: the connection
+/// opens, its `CLIENT ID` waits), longer than every bound.
+#[test]
+fn elect_and_latch_wait_against_a_paused_server_exit_69_by_their_bounds() {
+    let server = Server::start();
+    let mut conn = common::connect_port(server.port, Duration::from_secs(30));
+    cmd(&mut conn, &["DLOCK.LATCH", "gate", "1", "60000"]).expect("DLOCK.LATCH");
+    cmd(&mut conn, &["CLIENT", "PAUSE", "8000", "ALL"]).expect("CLIENT PAUSE");
+    stalled_commands_exit_69_by_their_bounds(&server);
+    nothing_left_by_the_stalled_commands(&mut conn);
+}

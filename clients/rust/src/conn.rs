@@ -437,6 +437,10 @@ impl Pool {
     /// [`Pool::take`] bounded by a request's `deadline` (`Err(None)` then:
     /// a stalled server may hold up the opening of a connection, its
     /// handshake or its `CLIENT ID`) and by its caller going away (`Ok(None)`).
+    /// The opening also ends by the connect timeout, when that comes first
+    /// (a wait without end, or a long one): a connection error then, whose
+    /// `is_timeout()` is true (R4.6, R4.7: a connection the client opens has
+    /// a connect and handshake timeout, `CLIENT ID` included).
     pub(crate) async fn take_by(
         &self,
         opener: &Opener,
@@ -445,9 +449,21 @@ impl Pool {
         deadline: Option<Instant>,
         gone: impl Future<Output = ()>,
     ) -> Result<Option<Dedicated>, Option<redis::RedisError>> {
+        let opened_by = Instant::now().checked_add(config.connect_timeout);
+        let deadline_first = match (deadline, opened_by) {
+            (Some(deadline), Some(opened_by)) => deadline <= opened_by,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
         tokio::select! {
             taken = self.take(opener, config, key) => taken.map(Some).map_err(Some),
-            _ = until(deadline) => Err(None),
+            _ = until(deadline), if deadline_first => Err(None),
+            _ = until(opened_by), if !deadline_first => Err(Some(redis::RedisError::from(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "opening a connection (handshake and CLIENT ID) timed out",
+                ),
+            ))),
             _ = gone => Ok(None),
         }
     }
