@@ -2,7 +2,7 @@
 //! acquires) and the dedicated ones that blocking waits borrow from a pool.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::task::Poll;
 use std::time::Duration;
@@ -249,14 +249,20 @@ impl Dedicated {
         };
         let broken = &mut self.broken;
         let known_id = &mut self.id;
+        // Set once the caller is given up on: a wait ended by this side
+        // (CLIENT UNBLOCK) is never sent again.
+        let abandoned = AtomicBool::new(false);
         let call = {
-            let (conn, id) = (&mut self.conn, &id);
+            let (conn, id, abandoned) = (&mut self.conn, &id, &abandoned);
             async move {
                 match conn {
                     DedicatedConn::Standalone(conn) => cmd.query_async(conn).await,
-                    // After a redirection the wait runs on another node,
-                    // under another id there.
-                    DedicatedConn::Cluster(conn) => cluster::run_blocking(conn, key, cmd, id).await,
+                    // After a redirection, or a wait sent again after its
+                    // slot moved, the wait runs on another node, under
+                    // another id there.
+                    DedicatedConn::Cluster(conn) => {
+                        cluster::run_blocking(conn, key, cmd, id, abandoned).await
+                    }
                 }
             }
         };
@@ -275,6 +281,7 @@ impl Dedicated {
             _ = &mut cancelled => false,
             _ = &mut read_deadline => true,
         };
+        abandoned.store(true, Ordering::Relaxed);
         gave_up(timed_out);
         let mut unblock = redis::cmd("CLIENT");
         unblock.arg("UNBLOCK").arg(id.load(Ordering::Relaxed));
