@@ -1361,56 +1361,16 @@ fn run_connects_over_tls_with_a_rediss_url() {
     assert!(token > 0);
 }
 
-/// R4.6 for the shell: `dlock run --wait 1s` against a stalled server
-/// (`CLIENT PAUSE` of 5 s, longer than the wait: the connection's
-/// handshake and every command wait for its end) exits 69 or 75 by the
-/// wait plus the client's 2 s margin, not when the pause ends; the held
-/// lock is untouched afterwards and no waiter is left.
-#[test]
-fn run_against_a_stalled_server_exits_by_the_wait_plus_the_margin() {
-    let server = Server::start();
-    let mut conn = common::connect_port(server.port, Duration::from_secs(30));
-    common::acquire(&mut conn, "stalled", "holder", 30_000).expect("hold the key");
-    cmd(&mut conn, &["CLIENT", "PAUSE", "5000", "ALL"]).expect("CLIENT PAUSE");
-    let started = Instant::now();
-    let child = dlock(&server)
-        .args(["run", "stalled", "--wait", "1s", "--", "true"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dlock run");
-    let out = wait_output(child, Duration::from_secs(20));
-    let took = started.elapsed();
-    let code = code_of(&out);
-    assert!(
-        code == 69 || code == 75,
-        "exit 69 or 75, not {code}: {}",
-        stderr_of(&out)
-    );
-    // The wait (1 s) plus the margin (2 s), plus slack for a loaded machine:
-    // still well before the pause ends.
-    assert!(
-        took < Duration::from_millis(4_500),
-        "exited after {took:?}: {}",
-        stderr_of(&out)
-    );
-    eventually(
-        "the pause over, nothing queued",
-        Duration::from_secs(10),
-        || common::info_int(&mut conn, "stalled", "waiting") == 0,
-    );
-    assert_eq!(
-        common::info_owner(&mut conn, "stalled").as_deref(),
-        Some(&b"holder"[..])
-    );
-}
-
-/// The commands of [`stalled_commands`]: a latch wait with `--wait 1s`,
-/// bounded by the wait plus the 2 s margin (the run's bound above), and an
-/// election and a latch wait without end, whose connecting is bounded by
-/// the connect timeout (5 s) plus the margin.
-const STALLED_COMMANDS: [(&[&str], Duration); 3] = [
+/// The commands of [`stalled_commands_exit_69_by_their_bounds`]: a run
+/// and a latch wait with `--wait 1s`, bounded by the wait plus the 2 s
+/// margin (plus slack for a loaded machine: 4.5 s), and an election and a
+/// latch wait without end, whose connecting is bounded by the connect
+/// timeout (5 s) plus the margin.
+const STALLED_COMMANDS: [(&[&str], Duration); 4] = [
+    (
+        &["run", "held", "--wait", "1s", "--", "true"],
+        Duration::from_millis(4_500),
+    ),
     (
         &["latch", "gate", "wait", "--wait", "1s"],
         Duration::from_millis(4_500),
@@ -1477,8 +1437,14 @@ fn stalled_commands_exit_69_by_their_bounds(server: &Server) {
     }
 }
 
-/// Once the server answers again: no leader, the latch as it was with no
-/// waiter, and no connection but `conn`'s.
+/// Before the stall: a held lock (`held`) and a latch (`gate`).
+fn before_the_stall(conn: &mut common::Connection) {
+    common::acquire(conn, "held", "holder", 60_000).expect("hold the key");
+    cmd(conn, &["DLOCK.LATCH", "gate", "1", "60000"]).expect("DLOCK.LATCH");
+}
+
+/// Once the server answers again: the lock held as it was and the latch as
+/// it was, with no waiter, no leader, and no connection but `conn`'s.
 fn nothing_left_by_the_stalled_commands(conn: &mut common::Connection) {
     eventually(
         "no leader, no latch waiter, no other connection",
@@ -1491,20 +1457,26 @@ fn nothing_left_by_the_stalled_commands(conn: &mut common::Connection) {
             };
             common::info(conn, "leader").is_none()
                 && common::info_int(conn, "gate", "waiting") == 0
+                && common::info_int(conn, "held", "waiting") == 0
                 && clients == 1
         },
     );
     assert_eq!(common::info_int(conn, "gate", "count"), 1);
+    assert_eq!(
+        common::info_owner(conn, "held").as_deref(),
+        Some(&b"holder"[..])
+    );
+    assert_eq!(common::info_int(conn, "held", "holds"), 1);
 }
 
-/// R4.6, R4.7 for the shell: `dlock elect` and `dlock latch wait` against a
-/// frozen server (SIGSTOP: the kernel accepts the connection, nothing
+/// R4.6, R4.7 for the shell: `dlock run`, `elect` and `latch wait` against
+/// a frozen server (SIGSTOP: the kernel accepts the connection, nothing
 /// answers) exit 69 by their bounds, and leave nothing once it runs again.
 #[test]
-fn elect_and_latch_wait_against_a_frozen_server_exit_69_by_their_bounds() {
+fn run_elect_and_latch_wait_against_a_frozen_server_exit_69_by_their_bounds() {
     let server = Server::start();
     let mut conn = common::connect_port(server.port, Duration::from_secs(30));
-    cmd(&mut conn, &["DLOCK.LATCH", "gate", "1", "60000"]).expect("DLOCK.LATCH");
+    before_the_stall(&mut conn);
     let pid = common::info_field(&mut conn, "server", "process_id")
         .parse::<u32>()
         .expect("the server's pid");
@@ -1520,10 +1492,10 @@ fn elect_and_latch_wait_against_a_frozen_server_exit_69_by_their_bounds() {
 /// The same against a paused server (`CLIENT PAUSE ALL`: the connection
 /// opens, its `CLIENT ID` waits), longer than every bound.
 #[test]
-fn elect_and_latch_wait_against_a_paused_server_exit_69_by_their_bounds() {
+fn run_elect_and_latch_wait_against_a_paused_server_exit_69_by_their_bounds() {
     let server = Server::start();
     let mut conn = common::connect_port(server.port, Duration::from_secs(30));
-    cmd(&mut conn, &["DLOCK.LATCH", "gate", "1", "60000"]).expect("DLOCK.LATCH");
+    before_the_stall(&mut conn);
     cmd(&mut conn, &["CLIENT", "PAUSE", "8000", "ALL"]).expect("CLIENT PAUSE");
     stalled_commands_exit_69_by_their_bounds(&server);
     nothing_left_by_the_stalled_commands(&mut conn);
