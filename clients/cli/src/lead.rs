@@ -36,6 +36,49 @@ fn stalled(target: &Target, bound: Duration) -> Failure {
     )
 }
 
+/// The client's connect timeout (`dlock_client::Config`'s default): the
+/// opening of each connection, its handshake and `CLIENT ID` included,
+/// ends by it (R4.7).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Resolves at `deadline`, never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Connects the client by the connect timeout, or by `deadline` (the end
+/// of a bounded wait, `bound` after the start) when that comes first: a
+/// stalled server (frozen: TCP accepts and nothing answers; paused: the
+/// handshake waits) gets no longer, where the connection manager would try
+/// three times (R4.6, R4.7). Exit 69 then.
+async fn open_client(
+    target: &Target,
+    deadline: Option<tokio::time::Instant>,
+    bound: Duration,
+) -> Result<dlock_client::Client, Failure> {
+    let connected_by = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+    let (by, late) = match deadline {
+        Some(deadline) if deadline <= connected_by => (deadline, stalled(target, bound)),
+        _ => (
+            connected_by,
+            Failure::new(
+                code::UNAVAILABLE,
+                format!(
+                    "the server at {} did not answer the opening of a connection within {CONNECT_TIMEOUT:?} (the connect timeout): is it stalled?",
+                    target.shown()
+                ),
+            ),
+        ),
+    };
+    match tokio::time::timeout_at(by, connect::client(target)).await {
+        Ok(client) => client,
+        Err(_) => Err(late),
+    }
+}
+
 fn check_ttl(ttl: Duration) -> Result<(), Failure> {
     if ttl < Duration::from_millis(1) {
         return Err(Failure::usage("--ttl must be at least 1ms"));
@@ -49,8 +92,8 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
     let target = connect::resolve(connection).await?;
     // R4.6: with a bounded wait (or none), a stalled server never holds
     // dlock past the wait plus the margin, connecting included: the
-    // client's own bounds start with each of its calls, and connecting
-    // alone has a 5 s timeout.
+    // client's own bounds start with each of its calls. Connecting ends by
+    // the connect timeout in any case (a wait without end included).
     let waits = !args.no_wait && args.wait.is_none_or(|wait| !wait.is_zero());
     let bound = match (waits, args.wait) {
         (false, _) => Some(WAIT_MARGIN),
@@ -58,15 +101,8 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
         (true, None) => None,
     };
     let deadline = bound.map(|bound| tokio::time::Instant::now() + bound);
-    let within = |deadline: Option<tokio::time::Instant>| async move {
-        match deadline {
-            Some(deadline) => tokio::time::sleep_until(deadline).await,
-            None => std::future::pending().await,
-        }
-    };
     let client = tokio::select! {
-        client = connect::client(&target) => client?,
-        () = within(deadline) => return Err(stalled(&target, bound.unwrap_or_default())),
+        client = open_client(&target, deadline, bound.unwrap_or_default()) => client?,
         signal = signals.recv() => return Ok(killed_by(signal)),
     };
     let mut request = client.lock(&args.key).lease(args.ttl);
@@ -123,7 +159,7 @@ pub async fn run(connection: &Connection, args: RunArgs) -> Outcome {
         // Dropping the request cancels it (its clean-up runs in the
         // background, and the server drops a waiter whose connection
         // closes when dlock exits).
-        () = within(deadline) => return Err(stalled(&target, bound.unwrap_or_default())),
+        () = until(deadline) => return Err(stalled(&target, bound.unwrap_or_default())),
         signal = signals.recv() => return Ok(killed_by(signal)),
     };
     let env = vec![
@@ -190,7 +226,13 @@ pub async fn elect(connection: &Connection, args: ElectArgs) -> Outcome {
     }
     let mut signals = Signals::catch()?;
     let target = connect::resolve(connection).await?;
-    let client = connect::client(&target).await?;
+    // The campaign waits without end, but connecting does not (R4.7): the
+    // client's connection by the connect timeout here, the connection the
+    // campaign waits on (with its CLIENT ID) by the client's own.
+    let client = tokio::select! {
+        client = open_client(&target, None, CONNECT_TIMEOUT) => client?,
+        signal = signals.recv() => return Ok(killed_by(signal)),
+    };
     let election = client.election(&args.name).lease(args.ttl);
     let leadership = tokio::select! {
         result = election.campaign(&value) => match result {
@@ -324,7 +366,17 @@ pub async fn latch_count_down(connection: &Connection, name: &str, n: u64) -> Ou
 
 pub async fn latch_wait(connection: &Connection, name: &str, wait: Option<Duration>) -> Outcome {
     let mut signals = Signals::catch()?;
-    let (target, client) = latch_client(connection).await?;
+    let target = connect::resolve(connection).await?;
+    // R4.6: with --wait, a stalled server never holds dlock past the wait
+    // plus the margin, connecting included; without, connecting ends by
+    // the connect timeout (here, and in the client for the connection the
+    // wait runs on), and then the wait has no end.
+    let bound = wait.map(|wait| wait + WAIT_MARGIN);
+    let deadline = bound.map(|bound| tokio::time::Instant::now() + bound);
+    let client = tokio::select! {
+        client = open_client(&target, deadline, bound.unwrap_or_default()) => client?,
+        signal = signals.recv() => return Ok(killed_by(signal)),
+    };
     let latch = client.latch(name);
     let waited = async {
         match wait {
@@ -343,6 +395,7 @@ pub async fn latch_wait(connection: &Connection, name: &str, wait: Option<Durati
             )),
             Err(error) => Err(connect::refused(&target, Some(name), &error)),
         },
+        () = until(deadline) => Err(stalled(&target, bound.unwrap_or_default())),
         signal = signals.recv() => Ok(killed_by(signal)),
     }
 }

@@ -1361,47 +1361,142 @@ fn run_connects_over_tls_with_a_rediss_url() {
     assert!(token > 0);
 }
 
-/// R4.6 for the shell: `dlock run --wait 1s` against a stalled server
-/// (`CLIENT PAUSE` of 5 s, longer than the wait: the connection's
-/// handshake and every command wait for its end) exits 69 or 75 by the
-/// wait plus the client's 2 s margin, not when the pause ends; the held
-/// lock is untouched afterwards and no waiter is left.
-#[test]
-fn run_against_a_stalled_server_exits_by_the_wait_plus_the_margin() {
-    let server = Server::start();
-    let mut conn = common::connect_port(server.port, Duration::from_secs(30));
-    common::acquire(&mut conn, "stalled", "holder", 30_000).expect("hold the key");
-    cmd(&mut conn, &["CLIENT", "PAUSE", "5000", "ALL"]).expect("CLIENT PAUSE");
+/// The commands of [`stalled_commands_exit_69_by_their_bounds`]: a run
+/// and a latch wait with `--wait 1s`, bounded by the wait plus the 2 s
+/// margin (plus slack for a loaded machine: 4.5 s), and an election and a
+/// latch wait without end, whose connecting is bounded by the connect
+/// timeout (5 s) plus the margin.
+const STALLED_COMMANDS: [(&[&str], Duration); 4] = [
+    (
+        &["run", "held", "--wait", "1s", "--", "true"],
+        Duration::from_millis(4_500),
+    ),
+    (
+        &["latch", "gate", "wait", "--wait", "1s"],
+        Duration::from_millis(4_500),
+    ),
+    (&["latch", "gate", "wait"], Duration::from_secs(7)),
+    (
+        &["elect", "leader", "--value", "a", "--", "true"],
+        Duration::from_secs(7),
+    ),
+];
+
+/// Starts the [`STALLED_COMMANDS`] at once against `server` (stalled by the
+/// caller) and checks that each exits 69 by its bound.
+fn stalled_commands_exit_69_by_their_bounds(server: &Server) {
     let started = Instant::now();
-    let child = dlock(&server)
-        .args(["run", "stalled", "--wait", "1s", "--", "true"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dlock run");
-    let out = wait_output(child, Duration::from_secs(20));
-    let took = started.elapsed();
-    let code = code_of(&out);
-    assert!(
-        code == 69 || code == 75,
-        "exit 69 or 75, not {code}: {}",
-        stderr_of(&out)
-    );
-    // The wait (1 s) plus the margin (2 s), plus slack for a loaded machine:
-    // still well before the pause ends.
-    assert!(
-        took < Duration::from_millis(4_500),
-        "exited after {took:?}: {}",
-        stderr_of(&out)
-    );
+    let mut running: Vec<_> = STALLED_COMMANDS
+        .iter()
+        .map(|(args, bound)| {
+            let child = dlock(server)
+                .args(*args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn dlock");
+            (args, *bound, Some(child), None)
+        })
+        .collect();
+    // Past this, a command that still runs is killed and reported.
+    let patience = Duration::from_secs(12);
+    while running.iter().any(|(_, _, child, _)| child.is_some()) {
+        let late = started.elapsed() > patience;
+        for (_, _, child, ended) in running.iter_mut() {
+            let exited = child.as_mut().is_some_and(|child| {
+                if late {
+                    let _ = child.kill();
+                }
+                child.try_wait().expect("try_wait").is_some()
+            });
+            if exited {
+                let took = started.elapsed();
+                let out = wait_output(child.take().expect("the child"), patience);
+                *ended = Some((took, out));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for (args, bound, _, ended) in running {
+        let (took, out) = ended.expect("ended");
+        let command = args.join(" ");
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "dlock {command} after {took:?} ({:?}, killed past {patience:?}): {}",
+            out.status,
+            stderr_of(&out)
+        );
+        assert!(
+            took < bound,
+            "dlock {command} exited after {took:?}, not within {bound:?}: {}",
+            stderr_of(&out)
+        );
+        eprintln!("dlock {command}: 69 after {took:?}");
+    }
+}
+
+/// Before the stall: a held lock (`held`) and a latch (`gate`).
+fn before_the_stall(conn: &mut common::Connection) {
+    common::acquire(conn, "held", "holder", 60_000).expect("hold the key");
+    cmd(conn, &["DLOCK.LATCH", "gate", "1", "60000"]).expect("DLOCK.LATCH");
+}
+
+/// Once the server answers again: the lock held as it was and the latch as
+/// it was, with no waiter, no leader, and no connection but `conn`'s.
+fn nothing_left_by_the_stalled_commands(conn: &mut common::Connection) {
     eventually(
-        "the pause over, nothing queued",
-        Duration::from_secs(10),
-        || common::info_int(&mut conn, "stalled", "waiting") == 0,
+        "no leader, no latch waiter, no other connection",
+        Duration::from_secs(20),
+        || {
+            let clients = match cmd(conn, &["CLIENT", "LIST"]) {
+                Ok(Value::BulkString(text)) => String::from_utf8_lossy(&text).lines().count(),
+                Ok(Value::VerbatimString { text, .. }) => text.lines().count(),
+                other => panic!("CLIENT LIST: {other:?}"),
+            };
+            common::info(conn, "leader").is_none()
+                && common::info_int(conn, "gate", "waiting") == 0
+                && common::info_int(conn, "held", "waiting") == 0
+                && clients == 1
+        },
     );
+    assert_eq!(common::info_int(conn, "gate", "count"), 1);
     assert_eq!(
-        common::info_owner(&mut conn, "stalled").as_deref(),
+        common::info_owner(conn, "held").as_deref(),
         Some(&b"holder"[..])
     );
+    assert_eq!(common::info_int(conn, "held", "holds"), 1);
+}
+
+/// R4.6, R4.7 for the shell: `dlock run`, `elect` and `latch wait` against
+/// a frozen server (SIGSTOP: the kernel accepts the connection, nothing
+/// answers) exit 69 by their bounds, and leave nothing once it runs again.
+#[test]
+fn run_elect_and_latch_wait_against_a_frozen_server_exit_69_by_their_bounds() {
+    let server = Server::start();
+    let mut conn = common::connect_port(server.port, Duration::from_secs(30));
+    before_the_stall(&mut conn);
+    let pid = common::info_field(&mut conn, "server", "process_id")
+        .parse::<u32>()
+        .expect("the server's pid");
+    send_signal(pid, libc::SIGSTOP);
+    let outcome = std::panic::catch_unwind(|| stalled_commands_exit_69_by_their_bounds(&server));
+    send_signal(pid, libc::SIGCONT);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    nothing_left_by_the_stalled_commands(&mut conn);
+}
+
+/// The same against a paused server (`CLIENT PAUSE ALL`: the connection
+/// opens, its `CLIENT ID` waits), longer than every bound.
+#[test]
+fn run_elect_and_latch_wait_against_a_paused_server_exit_69_by_their_bounds() {
+    let server = Server::start();
+    let mut conn = common::connect_port(server.port, Duration::from_secs(30));
+    before_the_stall(&mut conn);
+    cmd(&mut conn, &["CLIENT", "PAUSE", "8000", "ALL"]).expect("CLIENT PAUSE");
+    stalled_commands_exit_69_by_their_bounds(&server);
+    nothing_left_by_the_stalled_commands(&mut conn);
 }

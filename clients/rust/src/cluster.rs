@@ -10,8 +10,10 @@
 //! the client is built (`retries(0)`), so every error reaches this module,
 //! which decides.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -148,35 +150,156 @@ pub(crate) async fn run(
 /// `CLIENT UNBLOCK`, routed by slot, reaches). Before sending it again, asks
 /// the slot's master for this connection's `CLIENT ID` there and stores it
 /// in `id`, the id that cancellation unblocks.
+///
+/// A blocking acquire (`BLOCK` in `DLOCK.ACQUIRE`, `FAIR`, `MACQUIRE`) is
+/// also sent again after a reply that proves nothing was granted while its
+/// wait is not over: null before the wait ended (its lock moved away with
+/// its slot, `MIGRATE` during resharding, or a failover on Valkey:
+/// docs/commands.md), or `UNBLOCKED` (Redis, to the waiters of a master a
+/// failover made a replica). Every send after the first carries the rest of
+/// the wait, counted from the first send, so the wait ends by its original
+/// deadline; one whose rest is over replies null (not granted). Never once
+/// `abandoned` is set: the caller ended the wait itself (`CLIENT UNBLOCK`,
+/// whose null must end it).
 pub(crate) async fn run_blocking(
     conn: &mut ClusterConnection,
     key: &[u8],
     cmd: &Cmd,
     id: &AtomicI64,
+    abandoned: &AtomicBool,
 ) -> RedisResult<Value> {
+    let first_sent = Instant::now();
+    let wait = BlockingAcquire::of(cmd);
+    let mut current = cmd.clone();
     let mut attempt = 1;
     loop {
-        let error = match send(conn, key, &Node::OfSlot, cmd).await {
-            Ok(value) => return Ok(value),
-            Err(error) => error,
+        let reply = send(conn, key, &Node::OfSlot, &current).await;
+        let (early_end, redirected) = match &reply {
+            Ok(Value::Nil) => (true, false),
+            Ok(_) => return reply,
+            Err(error) if error.code() == Some("UNBLOCKED") => (true, false),
+            Err(error) => (false, not_run(error).is_some()),
         };
-        if attempt >= ATTEMPTS || not_run(&error).is_none() {
-            return Err(error);
+        let Some(wait) = wait.as_ref().filter(|_| early_end || redirected) else {
+            if redirected && attempt < ATTEMPTS && !abandoned.load(Ordering::Relaxed) {
+                // Not a blocking acquire (DLOCK.AWAIT, DLOCK.WATCH): sent
+                // again as it was.
+                pause(attempt).await;
+                client_id_on_slot(conn, key, id).await?;
+                attempt += 1;
+                continue;
+            }
+            return reply;
+        };
+        if attempt >= ATTEMPTS || abandoned.load(Ordering::Relaxed) {
+            return reply;
         }
-        pause(attempt).await;
-        let mut client_id = redis::cmd("CLIENT");
-        client_id.arg("ID");
-        match run(conn, key, &client_id, Resend::Idempotent).await? {
-            Value::Int(new_id) => id.store(new_id, Ordering::Relaxed),
-            other => {
-                return Err(RedisError::from((
-                    redis::ErrorKind::UnexpectedReturnType,
-                    "CLIENT ID did not reply an integer",
-                    format!("{other:?}"),
-                )))
+        let Some(again) = wait.rest(first_sent.elapsed()) else {
+            // The wait is over: its null was a timeout, or nothing ran.
+            return Ok(Value::Nil);
+        };
+        if !matches!(reply, Ok(Value::Nil)) {
+            // A redirection, or a failover (the node that answered
+            // UNBLOCKED closes the connection): the slot map moves first.
+            pause(attempt).await;
+        }
+        client_id_on_slot(conn, key, id).await?;
+        if abandoned.load(Ordering::Relaxed) {
+            return reply;
+        }
+        current = again;
+        attempt += 1;
+    }
+}
+
+/// Asks the master of `key`'s slot for this connection's `CLIENT ID`
+/// there, into `id`.
+async fn client_id_on_slot(
+    conn: &mut ClusterConnection,
+    key: &[u8],
+    id: &AtomicI64,
+) -> RedisResult<()> {
+    let mut client_id = redis::cmd("CLIENT");
+    client_id.arg("ID");
+    match run(conn, key, &client_id, Resend::Idempotent).await? {
+        Value::Int(new_id) => {
+            id.store(new_id, Ordering::Relaxed);
+            Ok(())
+        }
+        other => Err(RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "CLIENT ID did not reply an integer",
+            format!("{other:?}"),
+        ))),
+    }
+}
+
+/// A blocking acquire's arguments and where its `BLOCK` milliseconds are.
+struct BlockingAcquire {
+    args: Vec<Vec<u8>>,
+    block_at: usize,
+    block_ms: u64,
+}
+
+/// Less than this left of a wait counts as over (a wait sent again for a
+/// few ms would only end in another null).
+const LEAST_REST_MS: u64 = 10;
+
+impl BlockingAcquire {
+    /// `cmd` when it is a blocking acquire: `DLOCK.ACQUIRE` or `DLOCK.FAIR`
+    /// (`key owner ttl` then options), `DLOCK.MACQUIRE` (`n`, n keys,
+    /// `owner ttl`, options) with `BLOCK ms` among its options.
+    fn of(cmd: &Cmd) -> Option<BlockingAcquire> {
+        let args = cmd
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .collect::<Option<Vec<Vec<u8>>>>()?;
+        let name = args.first()?.to_ascii_uppercase();
+        let options = match name.as_slice() {
+            b"DLOCK.ACQUIRE" | b"DLOCK.FAIR" => 4,
+            b"DLOCK.MACQUIRE" => {
+                4 + std::str::from_utf8(args.get(1)?)
+                    .ok()?
+                    .parse::<usize>()
+                    .ok()?
+            }
+            _ => return None,
+        };
+        let block_at = (options..args.len().saturating_sub(1))
+            .find(|&at| args[at].eq_ignore_ascii_case(b"BLOCK"))?
+            + 1;
+        let block_ms = std::str::from_utf8(&args[block_at]).ok()?.parse().ok()?;
+        Some(BlockingAcquire {
+            args,
+            block_at,
+            block_ms,
+        })
+    }
+
+    /// The command again with what is left of its wait once `spent` has
+    /// passed since its first send (`BLOCK 0`, a wait without end, as it
+    /// was); None when it is over.
+    fn rest(&self, spent: Duration) -> Option<Cmd> {
+        let left = if self.block_ms == 0 {
+            0
+        } else {
+            let spent = u64::try_from(spent.as_millis()).unwrap_or(u64::MAX);
+            self.block_ms
+                .checked_sub(spent)
+                .filter(|&left| left >= LEAST_REST_MS)?
+        };
+        let mut again = Cmd::new();
+        for (at, arg) in self.args.iter().enumerate() {
+            if at == self.block_at {
+                again.arg(left);
+            } else {
+                again.arg(arg.as_slice());
             }
         }
-        attempt += 1;
+        Some(again)
     }
 }
 
@@ -244,6 +367,52 @@ mod tests {
         }
         let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert_eq!(not_run(&dropped), None);
+    }
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    /// A blocking acquire sent again carries the rest of its wait (a wait
+    /// without end as it was), and none once its wait is over; other
+    /// commands are no blocking acquires (a key or an owner named BLOCK
+    /// included).
+    #[test]
+    fn a_blocking_acquire_is_sent_again_with_the_rest_of_its_wait() {
+        let mut acquire = redis::cmd("DLOCK.ACQUIRE");
+        acquire.arg("k").arg("o").arg(30000).arg("BLOCK").arg(3000);
+        let mut forever = redis::cmd("DLOCK.FAIR");
+        forever.arg("k").arg("o").arg(30000).arg("BLOCK").arg(0);
+        let mut multi = redis::cmd("DLOCK.MACQUIRE");
+        multi
+            .arg(2)
+            .arg("BLOCK")
+            .arg("b")
+            .arg("o")
+            .arg(30000)
+            .arg("SHARED")
+            .arg("BLOCK")
+            .arg(500);
+        let spent = Duration::from_millis(1200);
+        let rest = BlockingAcquire::of(&acquire).unwrap().rest(spent).unwrap();
+        assert_eq!(
+            words(&rest),
+            ["DLOCK.ACQUIRE", "k", "o", "30000", "BLOCK", "1800"]
+        );
+        let rest = BlockingAcquire::of(&forever).unwrap().rest(spent).unwrap();
+        assert_eq!(words(&rest), words(&forever));
+        assert!(BlockingAcquire::of(&multi).unwrap().rest(spent).is_none());
+        let mut immediate = redis::cmd("DLOCK.ACQUIRE");
+        immediate.arg("BLOCK").arg("BLOCK").arg(30000);
+        assert!(BlockingAcquire::of(&immediate).is_none());
+        let mut await_latch = redis::cmd("DLOCK.AWAIT");
+        await_latch.arg("k").arg(3000);
+        assert!(BlockingAcquire::of(&await_latch).is_none());
     }
 
     /// A connection error ends a lock command at once; an idempotent one is

@@ -2,7 +2,7 @@
 //! acquires) and the dedicated ones that blocking waits borrow from a pool.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::task::Poll;
 use std::time::Duration;
@@ -249,14 +249,20 @@ impl Dedicated {
         };
         let broken = &mut self.broken;
         let known_id = &mut self.id;
+        // Set once the caller is given up on: a wait ended by this side
+        // (CLIENT UNBLOCK) is never sent again.
+        let abandoned = AtomicBool::new(false);
         let call = {
-            let (conn, id) = (&mut self.conn, &id);
+            let (conn, id, abandoned) = (&mut self.conn, &id, &abandoned);
             async move {
                 match conn {
                     DedicatedConn::Standalone(conn) => cmd.query_async(conn).await,
-                    // After a redirection the wait runs on another node,
-                    // under another id there.
-                    DedicatedConn::Cluster(conn) => cluster::run_blocking(conn, key, cmd, id).await,
+                    // After a redirection, or a wait sent again after its
+                    // slot moved, the wait runs on another node, under
+                    // another id there.
+                    DedicatedConn::Cluster(conn) => {
+                        cluster::run_blocking(conn, key, cmd, id, abandoned).await
+                    }
                 }
             }
         };
@@ -275,6 +281,7 @@ impl Dedicated {
             _ = &mut cancelled => false,
             _ = &mut read_deadline => true,
         };
+        abandoned.store(true, Ordering::Relaxed);
         gave_up(timed_out);
         let mut unblock = redis::cmd("CLIENT");
         unblock.arg("UNBLOCK").arg(id.load(Ordering::Relaxed));
@@ -437,6 +444,10 @@ impl Pool {
     /// [`Pool::take`] bounded by a request's `deadline` (`Err(None)` then:
     /// a stalled server may hold up the opening of a connection, its
     /// handshake or its `CLIENT ID`) and by its caller going away (`Ok(None)`).
+    /// The opening also ends by the connect timeout, when that comes first
+    /// (a wait without end, or a long one): a connection error then, whose
+    /// `is_timeout()` is true (R4.6, R4.7: a connection the client opens has
+    /// a connect and handshake timeout, `CLIENT ID` included).
     pub(crate) async fn take_by(
         &self,
         opener: &Opener,
@@ -445,9 +456,21 @@ impl Pool {
         deadline: Option<Instant>,
         gone: impl Future<Output = ()>,
     ) -> Result<Option<Dedicated>, Option<redis::RedisError>> {
+        let opened_by = Instant::now().checked_add(config.connect_timeout);
+        let deadline_first = match (deadline, opened_by) {
+            (Some(deadline), Some(opened_by)) => deadline <= opened_by,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
         tokio::select! {
             taken = self.take(opener, config, key) => taken.map(Some).map_err(Some),
-            _ = until(deadline) => Err(None),
+            _ = until(deadline), if deadline_first => Err(None),
+            _ = until(opened_by), if !deadline_first => Err(Some(redis::RedisError::from(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "opening a connection (handshake and CLIENT ID) timed out",
+                ),
+            ))),
             _ = gone => Ok(None),
         }
     }

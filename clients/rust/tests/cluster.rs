@@ -355,3 +355,127 @@ async fn a_lost_reply_is_never_followed_by_a_second_send() {
     outer.release().await.unwrap();
     assert_eq!(holds(&mut direct, key), 0);
 }
+
+/// A blocking wait whose lock moves to another master while it waits
+/// (`MIGRATE` takes the key, the old master answers its waiters null): the
+/// client sends the wait again to the key's new master with the rest of
+/// its wait, so the wait is handed the lock there, once; and a wait whose
+/// rest runs out there ends not acquired by its original deadline, not
+/// when the key moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_follows_its_lock_to_the_new_master_within_its_deadline() {
+    let cluster = Cluster::start();
+    let dlock = dlock_client::Client::cluster(cluster.urls()).await.unwrap();
+    let (handed, timing_out) = ("{migrate}:handed", "{migrate}:timing-out");
+    let (source_port, mut source) = cluster.serving(handed);
+    let target_port = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|&port| port != source_port)
+        .expect("another master");
+    let target_node = cluster.nodes.iter().find(|n| n.port == target_port);
+    let mut target = target_node.expect("the target").connect();
+    let slot = common::int(&mut source, &["CLUSTER", "KEYSLOT", handed]);
+    let (source_id, target_id) = (node_id(&mut source), node_id(&mut target));
+    for key in [handed, timing_out] {
+        common::acquire(&mut source, key, "holder", 30_000).expect("hold the key");
+    }
+
+    let handed_wait = tokio::spawn({
+        let dlock = dlock.clone();
+        async move {
+            dlock
+                .lock(handed)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    let short_wait = Duration::from_secs(3);
+    let timing_out_wait = tokio::spawn({
+        let dlock = dlock.clone();
+        async move {
+            let started = Instant::now();
+            let outcome = dlock.lock(timing_out).wait(short_wait).acquire().await;
+            (outcome, started.elapsed())
+        }
+    });
+    eventually(
+        "both waits queued on the old master",
+        common::PATIENCE,
+        || {
+            common::waiting(&mut source, handed) == 1
+                && common::waiting(&mut source, timing_out) == 1
+        },
+    )
+    .await;
+
+    setslot(&mut target, slot, "IMPORTING", &source_id);
+    setslot(&mut source, slot, "MIGRATING", &target_id);
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target_port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(handed)
+        .arg(timing_out)
+        .query(&mut source)
+        .expect("MIGRATE");
+    for node in &cluster.nodes {
+        setslot(&mut node.connect(), slot, "NODE", &target_id);
+    }
+    eventually(
+        "both waits sent again to the new master",
+        common::PATIENCE,
+        || {
+            assert!(
+                !handed_wait.is_finished() && !timing_out_wait.is_finished(),
+                "a wait ended when its lock moved"
+            );
+            common::waiting(&mut target, handed) == 1
+                && common::waiting(&mut target, timing_out) == 1
+        },
+    )
+    .await;
+
+    // The holder releases on the new master: the wait is handed the lock.
+    assert_eq!(
+        common::release(&mut target, handed, "holder"),
+        0,
+        "no hold left"
+    );
+    let guard = handed_wait
+        .await
+        .unwrap()
+        .expect("the wait is handed the lock");
+    assert_eq!(
+        common::info_owner(&mut target, handed).as_deref(),
+        Some(guard.owner())
+    );
+    assert_eq!(holds(&mut target, handed), 1, "granted once");
+
+    // The other wait ends not acquired, by its own deadline.
+    let (outcome, took) = timing_out_wait.await.unwrap();
+    assert!(
+        matches!(outcome, Err(Error::Busy)),
+        "not acquired: {outcome:?}"
+    );
+    assert!(
+        took >= short_wait - Duration::from_millis(50),
+        "ended after {took:?}, before its wait of {short_wait:?}"
+    );
+    assert!(
+        took < short_wait + Duration::from_secs(2),
+        "ended after {took:?}, past its wait plus the margin"
+    );
+    assert_eq!(common::waiting(&mut target, timing_out), 0);
+    assert_eq!(
+        common::info_owner(&mut target, timing_out).as_deref(),
+        Some(&b"holder"[..])
+    );
+    guard.release().await.unwrap();
+    assert!(common::info(&mut target, handed).is_none());
+}
