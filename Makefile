@@ -14,10 +14,13 @@ deps:
 
 # (DLOCK_BUILT=1: already built; make test's lanes set it, so that no
 # `cargo build` relinks target/release/ while the other lane uses it.)
+# Every cargo call of `make test` selects the whole workspace: cargo
+# unifies the dependencies' features over the packages a call selects, so
+# calls that select different packages (the module alone, the CLI alone, the
+# client's tests) each built tokio, redis, syn and what uses them once more.
 build: deps
 ifndef DLOCK_BUILT
-	cargo build --release
-	cargo build --release -p dlock-cli
+	cargo build --release --workspace
 endif
 
 # Starts redis-server in the foreground with the module loaded, in
@@ -52,11 +55,8 @@ test: build lint
 
 .PHONY: test-rust test-clients
 test-rust:
-	cargo test --release --lib
-	cargo test --release --doc
-	cargo test --release -p dlock-client --lib
-	cargo test --release -p dlock-client --doc
-	cargo test --release -p dlock-cli --bins
+	cargo test --release --workspace --lib --bins
+	cargo test --release --workspace --doc
 	@start=$$(date +%s); $(MAKE) --no-print-directory integration-suites \
 		&& echo "== integration-suites: passed in $$(( $$(date +%s) - start )) s"
 	@start=$$(date +%s); $(MAKE) --no-print-directory bench-rust QUICK=1 \
@@ -143,11 +143,11 @@ BASELINE ?= $(if $(filter-out 0 false no,$(QUICK)),0,1)
 bench: bench-rust
 bench-rust: build
 	@command -v valgrind >/dev/null || ./scripts/ensure-deps.sh valgrind
-	cargo build --release -p dlock-bench -p dlock-floor
+	cargo build --release --workspace
 	DLOCK_BENCH_REDIS8="$$(./scripts/fetch-redis8.sh)" DLOCK_BENCH_VALKEY="$$(./scripts/fetch-valkey.sh)" \
 		$(if $(filter-out 0 false no,$(BASELINE)),DLOCK_MODULE_B="$$(./scripts/baseline-module.sh)",) \
 		./target/release/dlock-bench$(if $(filter-out 0 false no,$(QUICK)), --quick,)
-	cargo bench -p dlock-client --bench client$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
+	cargo bench --workspace --bench client$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
 	@$(MAKE) --no-print-directory cli-bench
 
 # The dlock command (clients/cli) against `etcdctl lock`/`elect` on an
@@ -158,7 +158,7 @@ bench-rust: build
 cli-bench: build
 	@command -v etcd >/dev/null && command -v etcdctl >/dev/null && command -v flock >/dev/null \
 		|| ./scripts/ensure-deps.sh etcd etcdctl flock
-	cargo bench -p dlock-cli --bench cli$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
+	cargo bench --workspace --bench cli$(if $(filter-out 0 false no,$(QUICK)), -- --quick,)
 
 # The concurrency checker of tests/stress.rs, longer and wider (minutes).
 stress: build

@@ -51,7 +51,7 @@ CLI_BINARY=dlock
 CLI_PATH=${DLOCK_CLI:-target/release/$CLI_BINARY}
 build_cli() {
     if [ -d "$CLI_DIR" ] && [ -z "${DLOCK_CLI:-}" ]; then
-        cargo build --release -p "$CLI_CRATE"
+        cargo build --release --workspace  # the whole workspace, as make build does: the same features, nothing rebuilt
     fi
 }
 # Copies the CLI binary into $1/bin/ when it was built.
