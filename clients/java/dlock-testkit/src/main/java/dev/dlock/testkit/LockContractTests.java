@@ -648,8 +648,20 @@ public abstract class LockContractTests {
     @Test
     void aLatchThatExpiresBreaksItsAwaiters() throws Exception {
         DCountDownLatch latch = dlock.getCountDownLatch(key);
-        assertTrue(latch.trySetCount(1, Duration.ofMillis(150)));
-        assertThrows(LatchBrokenException.class, () -> latch.await(Duration.ofSeconds(5)));
+        // 2 s, and the awaiter seen queued before the latch ends: a latch already gone when the
+        // await arrives reads as opened (its awaiters were let go), and a loaded machine took
+        // longer than the 150 ms this test used to give it.
+        assertTrue(latch.trySetCount(1, Duration.ofSeconds(2)));
+        CompletableFuture<Boolean> awaiting = CompletableFuture.supplyAsync(() -> {
+            try {
+                return latch.await(Duration.ofSeconds(10));
+            } catch (InterruptedException e) {
+                throw new java.util.concurrent.CompletionException(e);
+            }
+        });
+        Poll.until("the awaiter", () -> server.call("DLOCK.INFO", key).toString().contains("waiting, 1"));
+        ExecutionException broken = assertThrows(ExecutionException.class, () -> awaiting.get(10, TimeUnit.SECONDS));
+        assertTrue(broken.getCause() instanceof LatchBrokenException, "broken, not " + broken.getCause());
     }
 
     @Test
