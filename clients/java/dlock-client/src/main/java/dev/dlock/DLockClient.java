@@ -828,7 +828,10 @@ public final class DLockClient implements AutoCloseable {
                 return false;
             }
         }
-        hold.confirmed(sent, ttl);
+        if (!hold.renewed(sent, ttl)) {
+            hold.markLost(LostReason.DEADLINE);
+            return false;
+        }
         return true;
     }
 
