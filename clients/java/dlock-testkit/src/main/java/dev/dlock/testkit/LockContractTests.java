@@ -742,6 +742,29 @@ public abstract class LockContractTests {
     }
 
     @Test
+    void aWaitConnectionDiscardedRightAfterItsSendLeavesNoWaitInTheServer() throws Exception {
+        assumeCommand("DLOCK.WATCH");
+        // The observer's close() (and every abandoned wait) discards a wait's connection, possibly
+        // before the transport has written the command: the command must then never be written
+        // (a library that reconnects on write would carry it on a new socket nobody closes), or
+        // be written on the socket being closed, which ends it in the server.
+        Transport transport = transport(server);
+        closeables.add(transport);
+        byte[] keyBytes = key.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        for (int i = 0; i < 20; i++) {
+            dev.dlock.BlockingConnection connection = transport.openBlocking(keyBytes);
+            CompletableFuture<Object> reply = connection.send("DLOCK.WATCH".getBytes(java.nio.charset.StandardCharsets.UTF_8),
+                    keyBytes, "0".getBytes(java.nio.charset.StandardCharsets.UTF_8),
+                    "30000".getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            connection.discard();
+            assertThrows(ExecutionException.class, () -> reply.get(5, TimeUnit.SECONDS),
+                    "a discarded connection's wait ends (round " + i + ")");
+            Poll.until("the discarded wait to leave the server (round " + i + ")", Duration.ofSeconds(5),
+                    () -> server.call("INFO", "dlock").toString().contains("dlock_watchers:0"));
+        }
+    }
+
+    @Test
     void aPublisherOfLeadershipStopsWhenCancelled() throws Exception {
         assumeCommand("DLOCK.WATCH");
         dev.dlock.DElection election = dlock.getElection(key);
