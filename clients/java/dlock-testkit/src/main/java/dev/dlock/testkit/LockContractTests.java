@@ -509,15 +509,17 @@ public abstract class LockContractTests {
 
     @Test
     void aLeaseGrantedAfterAWaitIsRenewed() throws Exception {
-        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(500)).build());
+        // 1 s: each renewal has 0.65 s before the local deadline, which a loaded machine's late
+        // watchdog thread or I/O does not use up (a 500 ms lease left it 0.3 s).
+        DLockClient client = client(DLockConfig.builder().defaultLease(Duration.ofMillis(1000)).build());
         DLock lock = client.getLock(key);
         Lease first = lock.acquire(Duration.ZERO);
         CompletableFuture<Lease> waiting = lock.acquireAsync(Duration.ofSeconds(10));
         Poll.until("the waiter", () -> LockInfo.of(server, key).waiting() == 1);
-        Thread.sleep(600); // longer than a lease: the waiter's own lease starts at the grant
+        Thread.sleep(1100); // longer than a lease: the waiter's own lease starts at the grant
         first.close();
         try (Lease second = waiting.get(5, TimeUnit.SECONDS)) {
-            Thread.sleep(1100);
+            Thread.sleep(1100); // longer than a lease: still held, so renewed
             assertTrue(second.isValid(), "renewed after a wait longer than its lease: " + second);
             assertEquals(second.token(), LockInfo.of(server, key).token());
         }
