@@ -196,12 +196,13 @@ public abstract class SentinelTests {
 
         String key = prefix + "lost";
         Lease lease = dlock.getLock(key).acquire(Duration.ZERO);
-        // The grant was sent before acquire() returned: its local deadline (R3.2) is at or before
-        // this instant, which is before the lease ends in the server. A look from then on finds
-        // the lease lost, however long the machine keeps the watchdog's thread off the CPU while
-        // the transport tries to reconnect.
-        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(leaseMs) - LockContractTests.margin(leaseMs);
         oldMaster.kill();
+        // The last grant or renewal that succeeded was sent before the master died, so before
+        // kill() returned: its local deadline (R3.2) is at or before this instant plus the lease
+        // minus the margin, which is before the lease ends in the server. A look from then on
+        // finds the lease lost, however long the machine keeps the watchdog's thread off the CPU
+        // while the transport tries to reconnect.
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(leaseMs) - LockContractTests.margin(leaseMs);
         LockContractTests.sleepUntil(deadline);
         assertFalse(lease.isValid(), "valid past its local deadline with the master gone");
         assertEquals(LostReason.DEADLINE, lease.lost().toCompletableFuture().getNow(null));
