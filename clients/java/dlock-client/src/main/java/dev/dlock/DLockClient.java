@@ -828,16 +828,21 @@ public final class DLockClient implements AutoCloseable {
                 return false;
             }
         }
-        hold.confirmed(sent, ttl);
+        if (!hold.renewed(sent, ttl)) {
+            hold.markLost(LostReason.DEADLINE);
+            return false;
+        }
         return true;
     }
 
     /** Releases a hold: once; a lost hold's release is still sent and reports nothing. */
     long release(Hold hold) {
+        // A look first (R3.2): a hold past its local deadline is lost, even if the watchdog's
+        // thread has not run since, and its release reports nothing (R3.4).
+        boolean wasLost = hold.isLost();
         if (!hold.markReleased()) {
             return 0;
         }
-        boolean wasLost = hold.isLost();
         try {
             return release(hold.keys, hold.owner, hold.shared);
         } catch (RuntimeException e) {

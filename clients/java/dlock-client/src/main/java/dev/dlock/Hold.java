@@ -18,6 +18,7 @@ final class Hold {
 
     // Watchdog state, guarded by this.
     long deadlineNanos;
+    boolean dated;
     long nextRenewalNanos;
     long periodNanos;
     boolean inFlight;
@@ -47,6 +48,7 @@ final class Hold {
         this.ttlMs = ttl;
         long lease = ttl * 1_000_000L;
         this.deadlineNanos = sentNanos + lease - client.config().marginNanos(ttl);
+        this.dated = true;
         this.periodNanos = Math.max(1_000_000L, lease / client.config().renewDivisor());
         this.nextRenewalNanos = sentNanos + periodNanos;
         this.inFlight = false;
@@ -69,7 +71,9 @@ final class Hold {
         return tokens[i];
     }
 
+    /** Looks at the hold (R3.2: at every look, the local deadline included). */
     boolean isLost() {
+        lookAtDeadline();
         return lostReason != null;
     }
 
@@ -81,8 +85,29 @@ final class Hold {
         return released.get();
     }
 
+    /** Looks at the hold (R3.2: at every look, the local deadline included). */
     boolean isLive() {
+        lookAtDeadline();
+        return isLiveAsKnown();
+    }
+
+    /**
+     * Neither lost nor released as far as recorded, without looking at the deadline: for callers
+     * inside a map's compute, where the lost event's callbacks must not run.
+     */
+    boolean isLiveAsKnown() {
         return lostReason == null && !released.get();
+    }
+
+    /**
+     * R3.2: a hold past its local deadline is lost at once, at the first look, whether or not the
+     * watchdog's thread (which a loaded machine may keep off the CPU) has noticed yet: a holder
+     * that checks its guard before it writes never sees it held once its deadline has passed.
+     */
+    private void lookAtDeadline() {
+        if (lostReason == null && !released.get() && pastDeadline(System.nanoTime())) {
+            markLost(LostReason.DEADLINE);
+        }
     }
 
     CompletableFuture<LostReason> lostFuture() {
@@ -127,6 +152,20 @@ final class Hold {
 
     /** The local deadline has passed with no renewal confirmed. */
     synchronized boolean pastDeadline(long now) {
-        return now - deadlineNanos >= 0;
+        return dated && now - deadlineNanos >= 0;
+    }
+
+    /**
+     * A renewal sent at {@code sentNanos} succeeded: the lease runs from then, unless its reply
+     * came after the local deadline (R3.2: no renewal succeeded before it; R3.3: lost for good).
+     *
+     * @return false when the hold was past its deadline (the caller marks it lost)
+     */
+    synchronized boolean renewed(long sentNanos, long ttl) {
+        if (pastDeadline(System.nanoTime())) {
+            return false;
+        }
+        confirmed(sentNanos, ttl);
+        return true;
     }
 }

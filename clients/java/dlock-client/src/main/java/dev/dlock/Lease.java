@@ -113,6 +113,6 @@ public final class Lease implements AutoCloseable {
     @Override
     public String toString() {
         return "Lease[" + hold.keys + " owner=" + hold.owner + " token=" + hold.tokens[0]
-                + (hold.isLost() ? " lost=" + hold.lostReason() : "") + (hold.isReleased() ? " released" : "") + "]";
+                + (hold.lostReason() != null ? " lost=" + hold.lostReason() : "") + (hold.isReleased() ? " released" : "") + "]";
     }
 }

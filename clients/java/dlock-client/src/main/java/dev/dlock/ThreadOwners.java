@@ -40,7 +40,7 @@ final class ThreadOwners {
         uses.compute(thread, (t, use) -> {
             Use u = use == null ? new Use(owner) : use;
             u.count++;
-            u.holds.removeIf(h -> !h.isLive());
+            u.holds.removeIf(h -> !h.isLiveAsKnown());
             // An owner's holds share one token, which an upgrade renews: the other modes' holds
             // must expect the new one from their renewals.
             for (Hold other : u.holds) {

@@ -239,8 +239,8 @@ final class Watchdog implements Runnable {
             hold.markLost(lost);
         } else if (retry) {
             retryLater(hold);
-        } else {
-            hold.confirmed(sent, ttl);
+        } else if (!hold.renewed(sent, ttl)) {
+            hold.markLost(LostReason.DEADLINE);
         }
         signal();
     }

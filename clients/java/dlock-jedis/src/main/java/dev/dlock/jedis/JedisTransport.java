@@ -422,17 +422,34 @@ public final class JedisTransport implements Transport {
         public CompletableFuture<Object> send(byte[]... args) {
             CompletableFuture<Object> reply = new CompletableFuture<>();
             waits.execute(() -> {
-                Connection connection = jedis.getConnection();
                 try {
-                    connection.setTimeoutInfinite();
-                    Object value = jedis.sendCommand(new Raw(args[0]), rest(args));
-                    connection.rollbackTimeout();
-                    reply.complete(value);
+                    reply.complete(sendAndRead(args));
                 } catch (Throwable e) {
                     reply.completeExceptionally(translate(e));
                 }
             });
             return reply;
+        }
+
+        /**
+         * Writes the command unless the connection was discarded, then reads its reply. The write
+         * and {@link #discard()} exclude each other: a discard that comes first leaves the command
+         * unwritten (Jedis would otherwise reconnect the closed socket to write it, and the wait
+         * would sit in the server on a connection nobody closes); one that comes after closes the
+         * socket that carries it, which ends the wait in the server.
+         */
+        private Object sendAndRead(byte[]... args) {
+            Connection connection = jedis.getConnection();
+            synchronized (this) {
+                if (done.get()) {
+                    throw new DLockConnectionException("the wait's connection was closed before its command was sent", null);
+                }
+                connection.setTimeoutInfinite();
+                connection.sendCommand(new Raw(args[0]), rest(args));
+            }
+            Object value = connection.getOne();
+            connection.rollbackTimeout();
+            return value;
         }
 
         /** The waiting thread reads the reply itself: the grant wakes it, no other thread. */
@@ -443,12 +460,8 @@ public final class JedisTransport implements Transport {
 
         @Override
         public Object sendOnCaller(byte[]... args) {
-            Connection connection = jedis.getConnection();
             try {
-                connection.setTimeoutInfinite();
-                Object value = jedis.sendCommand(new Raw(args[0]), rest(args));
-                connection.rollbackTimeout();
-                return value;
+                return sendAndRead(args);
             } catch (RuntimeException e) {
                 throw translate(e);
             }
@@ -464,7 +477,11 @@ public final class JedisTransport implements Transport {
 
         @Override
         public void discard() {
-            if (done.compareAndSet(false, true)) {
+            boolean first;
+            synchronized (this) {
+                first = done.compareAndSet(false, true);
+            }
+            if (first) {
                 busy.remove(this);
                 Connection connection = jedis.getConnection();
                 connection.setBroken();
