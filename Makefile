@@ -40,10 +40,10 @@ lint: deps
 # and network namespaces, and says why when it skips.
 # Two lanes run at once, as most of their time is spent waiting on servers:
 # `test-rust` (compiles and runs the module's, the Rust client's and the
-# CLI's tests, then the server and Rust benches' quick runs, then the
-# Python client's suite) and
-# `test-clients` (every other client, dist-check, robustness-short, their
-# benches' quick runs). The clients lane loads its own copy of the module
+# CLI's tests, then the server and Rust benches' quick runs, then the Go and
+# Python clients' suites and Go's quick bench run) and
+# `test-clients` (dist-check, robustness-short, the Java and TypeScript
+# suites, their benches' quick runs). The clients lane loads its own copy of the module
 # and the CLI (target/test-module/), because the Rust lane's `cargo test`
 # relinks target/release/libdlock.so while the clients' servers load it.
 # Each lane's output is printed when it ends.
@@ -67,14 +67,21 @@ test-rust:
 			$(MAKE) --no-print-directory -j1 $$suite || exit 1; \
 		echo "== $$suite: passed in $$(( $$(date +%s) - start )) s"; \
 	done
+	@for bench in go-bench; do \
+		start=$$(date +%s); \
+		DLOCK_MODULE=$(TEST_MODULE_DIR)/libdlock.so DLOCK_CLI=$(TEST_MODULE_DIR)/dlock \
+			$(MAKE) --no-print-directory -j1 $$bench QUICK=1 || exit 1; \
+		echo "== $$bench QUICK=1: passed in $$(( $$(date +%s) - start )) s"; \
+	done
 
 # A client's suite that shares nothing with the clients lane's builds
-# (RUST_LANE_SUITES: python-test) runs at the end of the Rust lane, which
-# is shorter, to even the lanes out.
-# Each client's fragment adds its suite to CLIENT_SUITES (go-test,
-# robustness-short, java-test, node-test); they run one after
-# another (-j1: dist and java-test both build clients/java), after
-# dist-check, then the clients' quick bench runs.
+# (RUST_LANE_SUITES: go-test, python-test) runs at the end of the Rust
+# lane, with Go's quick bench run, to even the lanes out (the Java suite
+# alone takes about 5 minutes of the clients lane).
+# Each client's fragment adds its suite to CLIENT_SUITES (robustness-short,
+# java-test, node-test); they run one after another (-j1: dist and
+# java-test both build clients/java, dist and node-test clients/node/dist),
+# after dist-check, then the clients' quick bench runs.
 test-clients: export DLOCK_MODULE = $(TEST_MODULE_DIR)/libdlock.so
 test-clients: export DLOCK_CLI = $(TEST_MODULE_DIR)/dlock
 test-clients:
@@ -83,7 +90,7 @@ test-clients:
 		$(MAKE) --no-print-directory -j1 $$suite || exit 1; \
 		echo "== $$suite: passed in $$(( $$(date +%s) - start )) s"; \
 	done
-	@for bench in go-bench java-bench node-bench; do \
+	@for bench in java-bench node-bench; do \
 		start=$$(date +%s); \
 		$(MAKE) --no-print-directory -j1 $$bench QUICK=1 || exit 1; \
 		echo "== $$bench QUICK=1: passed in $$(( $$(date +%s) - start )) s"; \
@@ -204,9 +211,9 @@ dist-check: dist
 	./scripts/dist-check.sh
 
 # Each client's build and suite: clients/<lang>/client.mk adds its own
-# target to CLIENT_SUITES, which `test-clients` runs (go-test, java-test,
+# target to CLIENT_SUITES, which `test-clients` runs (java-test,
 # node-test; robustness.mk adds robustness-short) or to RUST_LANE_SUITES,
-# which `test-rust` runs after its own (python-test), and to
+# which `test-rust` runs after its own (go-test, python-test), and to
 # `bench` where it has one (go-bench, java-bench, node-bench). The Rust
 # client (clients/rust) is a workspace member: its suites run in `test`
 # above and in the integration runs.

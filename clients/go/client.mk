@@ -4,7 +4,7 @@
 # them). Modules and tools go to Go's own caches (GOPATH, GOCACHE).
 GO_STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .PHONY: go-test go-lint
-CLIENT_SUITES += go-test
+RUST_LANE_SUITES += go-test
 go-lint:
 	cd clients/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo 'gofmt: run gofmt -w clients/go'; exit 1; }
 	cd clients/go && go vet ./... && go run $(GO_STATICCHECK) ./...
