@@ -51,12 +51,13 @@ fn short_reservation_replica(master: &Server) -> Server {
 
 /// `WAIT 1 2000` on `conn`: whether the replica acknowledged its writes.
 fn replicated(conn: &mut Connection) -> bool {
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(2_000)
-        .query(conn)
-        .expect("WAIT");
-    acked == 1
+    try_replicated(conn).expect("WAIT")
+}
+
+/// `replicated`, for the churn, whose master may die during the WAIT.
+fn try_replicated(conn: &mut Connection) -> redis::RedisResult<bool> {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(2_000).query(conn)?;
+    Ok(acked == 1)
 }
 
 /// A hold whose latest change was acknowledged by the replica (WAIT == 1),
@@ -153,8 +154,15 @@ fn churn(shared: Arc<Shared>, thread: u64) {
         shared.max_acked.fetch_max(token as u64, Ordering::SeqCst);
         if shared.replicated && rng.percent(40) {
             figures.waits += 1;
-            if replicated(&mut conn) {
-                figures.waits_confirmed += 1;
+            match try_replicated(&mut conn) {
+                Ok(true) => figures.waits_confirmed += 1,
+                Ok(false) => {}
+                // The master was killed during the WAIT: this client is done.
+                Err(error) if is_broken_connection(&error) => break,
+                Err(error) => {
+                    figures.violations.push(format!("WAIT: {error}"));
+                    break;
+                }
             }
         }
         std::thread::sleep(Duration::from_millis(rng.between(0, 40)));
