@@ -6,9 +6,10 @@ CLIENT_SUITES += java-test
 # Then the transports built against today's newest Lettuce and Jedis (profile `newest`,
 # in target/newest) run the conformance suite on Redis 8 (the main run has Redis 7.0 and
 # Valkey): the compatibility table of clients/java/README.md. The areas where what the
-# library decides shows (replies, errors, timeouts, reconnects, blocking waits); the others
+# library decides shows (replies, errors, timeouts, reconnects, blocking waits and their
+# cancellation: the new scenarios of issue 36 run on Redis 8 this way); the others
 # are the client's own logic.
-JAVA_NEWEST_AREAS := bad_input.,basic.,lost.,stall.,wait.
+JAVA_NEWEST_AREAS := bad_input.,basic.,cancel.,lost.,stall.,wait.
 java-test: build
 	cd clients/java && DLOCK_VALKEY_SERVER="$$(../../scripts/fetch-valkey.sh)" mvn -q -B verify
 	cd clients/java && DLOCK_REDIS_SERVER="$$(../../scripts/fetch-redis8.sh)" mvn -q -B -Pnewest -pl dlock-lettuce,dlock-jedis -am verify -Dtest='*ConformanceTest' -Dsurefire.failIfNoSpecifiedTests=false -Ddlock.conformance.servers=redis -Ddlock.conformance=$(JAVA_NEWEST_AREAS)
