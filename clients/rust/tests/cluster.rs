@@ -238,59 +238,88 @@ async fn follows_ask_and_moved_while_a_slot_moves() {
     let cluster = Cluster::start();
     let dlock = dlock_client::Client::cluster(cluster.urls()).await.unwrap();
     let (held, fresh) = ("{move}:held", "{move}:fresh");
-    let (source_port, mut source) = cluster.serving(held);
-    let target_port = cluster
-        .nodes
-        .iter()
-        .map(|n| n.port)
-        .find(|&port| port != source_port)
-        .expect("another master");
-    let target_node = cluster.nodes.iter().find(|n| n.port == target_port);
-    let mut target = target_node.expect("the target").connect();
-    let slot = common::int(&mut source, &["CLUSTER", "KEYSLOT", held]);
-    let (source_id, target_id) = (node_id(&mut source), node_id(&mut target));
+    let mut moving = SlotMove::of(&cluster, held);
 
     let lease = Duration::from_millis(500);
     let guard = dlock.lock(held).lease(lease).acquire().await.unwrap();
-    setslot(&mut target, slot, "IMPORTING", &source_id);
-    setslot(&mut source, slot, "MIGRATING", &target_id);
+    moving.begin();
 
     // A lock the source does not have: ASK, then ASKING on the target.
     let asked = dlock.lock(fresh).acquire().await.unwrap();
-    common::cmd(&mut target, &["ASKING"]).unwrap();
+    common::cmd(&mut moving.target, &["ASKING"]).unwrap();
     assert_eq!(
-        common::info_owner(&mut target, fresh).as_deref(),
+        common::info_owner(&mut moving.target, fresh).as_deref(),
         Some(asked.owner()),
         "granted on the importing master"
     );
 
-    let _: () = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(target_port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS")
-        .arg(held)
-        .query(&mut source)
-        .expect("MIGRATE");
-    for node in &cluster.nodes {
-        setslot(&mut node.connect(), slot, "NODE", &target_id);
-    }
+    moving.migrate(&cluster, &[held]);
 
     // MOVED: the renewals follow the slot (two leases pass) ...
     tokio::time::sleep(lease * 2).await;
     assert!(guard.is_held(), "renewed on the new master");
     assert_eq!(
-        common::info_int(&mut target, held, "token") as u64,
+        common::info_int(&mut moving.target, held, "token") as u64,
         guard.token()
     );
     // ... and so do acquires and releases.
     assert!(matches!(dlock.lock(held).acquire().await, Err(Error::Busy)));
     guard.release().await.unwrap();
     asked.release().await.unwrap();
-    assert!(common::info(&mut target, held).is_none());
-    assert!(common::info(&mut target, fresh).is_none());
+    assert!(common::info(&mut moving.target, held).is_none());
+    assert!(common::info(&mut moving.target, fresh).is_none());
+}
+
+/// A slot moved by hand from the master serving `key` to another one.
+struct SlotMove {
+    source: common::Connection,
+    target: common::Connection,
+    target_port: u16,
+    slot: i64,
+    source_id: String,
+    target_id: String,
+}
+
+impl SlotMove {
+    fn of(cluster: &Cluster, key: &str) -> SlotMove {
+        let (source_port, mut source) = cluster.serving(key);
+        let target_node = cluster.nodes.iter().find(|n| n.port != source_port);
+        let target_port = target_node.expect("another master").port;
+        let mut target = target_node.expect("another master").connect();
+        let slot = common::int(&mut source, &["CLUSTER", "KEYSLOT", key]);
+        let (source_id, target_id) = (node_id(&mut source), node_id(&mut target));
+        SlotMove {
+            source,
+            target,
+            target_port,
+            slot,
+            source_id,
+            target_id,
+        }
+    }
+
+    /// SETSLOT IMPORTING on the target, MIGRATING on the source.
+    fn begin(&mut self) {
+        setslot(&mut self.target, self.slot, "IMPORTING", &self.source_id);
+        setslot(&mut self.source, self.slot, "MIGRATING", &self.target_id);
+    }
+
+    /// MIGRATE of `keys`, then SETSLOT NODE on every master.
+    fn migrate(&mut self, cluster: &Cluster, keys: &[&str]) {
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(self.target_port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(keys)
+            .query(&mut self.source)
+            .expect("MIGRATE");
+        for node in &cluster.nodes {
+            setslot(&mut node.connect(), self.slot, "NODE", &self.target_id);
+        }
+    }
 }
 
 /// The re-entry count of `key`'s exclusive holder (0 when not held).
@@ -367,19 +396,9 @@ async fn a_wait_follows_its_lock_to_the_new_master_within_its_deadline() {
     let cluster = Cluster::start();
     let dlock = dlock_client::Client::cluster(cluster.urls()).await.unwrap();
     let (handed, timing_out) = ("{migrate}:handed", "{migrate}:timing-out");
-    let (source_port, mut source) = cluster.serving(handed);
-    let target_port = cluster
-        .nodes
-        .iter()
-        .map(|n| n.port)
-        .find(|&port| port != source_port)
-        .expect("another master");
-    let target_node = cluster.nodes.iter().find(|n| n.port == target_port);
-    let mut target = target_node.expect("the target").connect();
-    let slot = common::int(&mut source, &["CLUSTER", "KEYSLOT", handed]);
-    let (source_id, target_id) = (node_id(&mut source), node_id(&mut target));
+    let mut moving = SlotMove::of(&cluster, handed);
     for key in [handed, timing_out] {
-        common::acquire(&mut source, key, "holder", 30_000).expect("hold the key");
+        common::acquire(&mut moving.source, key, "holder", 30_000).expect("hold the key");
     }
 
     let handed_wait = tokio::spawn({
@@ -405,28 +424,14 @@ async fn a_wait_follows_its_lock_to_the_new_master_within_its_deadline() {
         "both waits queued on the old master",
         common::PATIENCE,
         || {
-            common::waiting(&mut source, handed) == 1
-                && common::waiting(&mut source, timing_out) == 1
+            common::waiting(&mut moving.source, handed) == 1
+                && common::waiting(&mut moving.source, timing_out) == 1
         },
     )
     .await;
 
-    setslot(&mut target, slot, "IMPORTING", &source_id);
-    setslot(&mut source, slot, "MIGRATING", &target_id);
-    let _: () = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(target_port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS")
-        .arg(handed)
-        .arg(timing_out)
-        .query(&mut source)
-        .expect("MIGRATE");
-    for node in &cluster.nodes {
-        setslot(&mut node.connect(), slot, "NODE", &target_id);
-    }
+    moving.begin();
+    moving.migrate(&cluster, &[handed, timing_out]);
     eventually(
         "both waits sent again to the new master",
         common::PATIENCE,
@@ -435,15 +440,15 @@ async fn a_wait_follows_its_lock_to_the_new_master_within_its_deadline() {
                 !handed_wait.is_finished() && !timing_out_wait.is_finished(),
                 "a wait ended when its lock moved"
             );
-            common::waiting(&mut target, handed) == 1
-                && common::waiting(&mut target, timing_out) == 1
+            common::waiting(&mut moving.target, handed) == 1
+                && common::waiting(&mut moving.target, timing_out) == 1
         },
     )
     .await;
 
     // The holder releases on the new master: the wait is handed the lock.
     assert_eq!(
-        common::release(&mut target, handed, "holder"),
+        common::release(&mut moving.target, handed, "holder"),
         0,
         "no hold left"
     );
@@ -452,10 +457,10 @@ async fn a_wait_follows_its_lock_to_the_new_master_within_its_deadline() {
         .unwrap()
         .expect("the wait is handed the lock");
     assert_eq!(
-        common::info_owner(&mut target, handed).as_deref(),
+        common::info_owner(&mut moving.target, handed).as_deref(),
         Some(guard.owner())
     );
-    assert_eq!(holds(&mut target, handed), 1, "granted once");
+    assert_eq!(holds(&mut moving.target, handed), 1, "granted once");
 
     // The other wait ends not acquired, by its own deadline.
     let (outcome, took) = timing_out_wait.await.unwrap();
@@ -471,11 +476,11 @@ async fn a_wait_follows_its_lock_to_the_new_master_within_its_deadline() {
         took < short_wait + Duration::from_secs(2),
         "ended after {took:?}, past its wait plus the margin"
     );
-    assert_eq!(common::waiting(&mut target, timing_out), 0);
+    assert_eq!(common::waiting(&mut moving.target, timing_out), 0);
     assert_eq!(
-        common::info_owner(&mut target, timing_out).as_deref(),
+        common::info_owner(&mut moving.target, timing_out).as_deref(),
         Some(&b"holder"[..])
     );
     guard.release().await.unwrap();
-    assert!(common::info(&mut target, handed).is_none());
+    assert!(common::info(&mut moving.target, handed).is_none());
 }
