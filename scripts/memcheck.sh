@@ -20,7 +20,7 @@ export DLOCK_GRACEFUL_STOP=1
 # Under valgrind the server runs ~20x slower, so tests with tight timing may
 # fail; that is reported, but only valgrind's findings decide this check.
 status=0
-DLOCK_FUZZ_CALLS=5000 cargo test --release --no-fail-fast --test commands --test waiting --test persistence \
-    --test conventions --test bad_input --test shared --test shared_durability -- --test-threads=2 || status=$?
+DLOCK_FUZZ_CALLS=5000 cargo test --release --no-fail-fast --workspace --test integration -- --test-threads=2 \
+    commands:: waiting:: persistence:: conventions:: bad_input:: shared:: shared_durability:: || status=$?
 [ "$status" -eq 0 ] || echo "memcheck: some tests failed under valgrind (timing); see above"
 python3 scripts/valgrind-report.py "$logs"

@@ -8,7 +8,7 @@
 //! tests know which server they run on by what INFO says, to check that the
 //! module found what that server has.
 
-mod common;
+use crate::common;
 
 use common::*;
 

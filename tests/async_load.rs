@@ -5,7 +5,7 @@
 //! that are not locks change the server's statistics exactly as on a server
 //! without the module.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

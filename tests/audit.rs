@@ -2,7 +2,7 @@
 //! and on, one message per event in the documented format, in order.
 //! The Cluster shard channel is tested in tests/cluster.rs.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;

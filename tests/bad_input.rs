@@ -2,7 +2,7 @@
 //! change of state), random argument vectors against every command, and
 //! corrupted DUMP payloads given to RESTORE. No input may crash the server.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{BufRead, BufReader, Write};

@@ -25,8 +25,8 @@
 //! binary), which also works against valkey-server. Nothing sleeps for a
 //! fixed time: every step polls for the state it needs, with a deadline.
 
-mod common;
-mod sharedkit;
+use crate::common;
+use crate::sharedkit;
 
 use common::*;
 use redis::cluster::{ClusterClient, ClusterConnection};

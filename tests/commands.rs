@@ -1,7 +1,7 @@
 //! The command contract of DLOCK.ACQUIRE, RELEASE, RENEW and INFO against a
 //! real redis-server.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

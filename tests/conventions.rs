@@ -2,7 +2,7 @@
 //! COMMAND INFO, COMMAND GETKEYS), precise key specs for ACL, an INFO
 //! section, module configuration, and keyspace events.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

@@ -17,7 +17,7 @@
 //! Deadlines are compared in server milliseconds: a command sent at `s` and
 //! answered at `r` sets a deadline in `[s + ttl, r + ttl]`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -69,7 +69,7 @@
 //!
 //! Each session must be self-contained: it starts from an empty server.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

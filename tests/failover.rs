@@ -18,7 +18,7 @@
 //! dead master never replicated (docs/design.md, "Why the wall-clock floor
 //! matters").
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -5,7 +5,7 @@
 //! window's end with BLOCK) while known holds keep working; INFO fields,
 //! log lines and keyspace events.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::{Command, Stdio};

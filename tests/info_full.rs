@@ -3,7 +3,7 @@
 //! `holders-detail` (holds, token, lease, SESSION client of every holder),
 //! in RESP2 and RESP3.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -4,7 +4,7 @@
 //! MULTI and scripts, CLIENT KILL, RDB, AOF, replicas, metadata, events and
 //! every error changing nothing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

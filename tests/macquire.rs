@@ -5,7 +5,7 @@
 //! deadlock freedom, timeouts and SESSION leaving every key, replicas,
 //! MULTI/scripts, metadata, and every error changing nothing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::HashSet;

@@ -7,7 +7,7 @@
 //! running this test, so the module is built and the build must not start
 //! again while cargo holds its lock).
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

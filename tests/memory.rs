@@ -4,7 +4,7 @@
 //! still run, as `DEL` and `PEXPIRE` do; the commands that create state
 //! (ACQUIRE, FAIR, MACQUIRE, LATCH) are refused with `OOM`.
 
-mod common;
+use crate::common;
 
 use common::*;
 

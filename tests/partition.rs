@@ -37,8 +37,8 @@
 //! namespaces; without them it skips, saying why. Under `DLOCK_SERVER` (the
 //! Valkey pass of `make test`) it runs only if `DLOCK_PARTITION=1`.
 
-mod common;
-mod netns;
+use crate::common;
+use crate::netns;
 
 use common::{env_number, module_path, seed_from_env, server_binary, TestRng};
 use netns::{in_ns, poll, Host, Net, NetProcess, SideLink};

@@ -2,7 +2,7 @@
 //! without the RDB preamble, across BGREWRITEAOF), and restarts with
 //! persistence off. Also DEBUG DIGEST-KEY, COPY and MEMORY USAGE.
 
-mod common;
+use crate::common;
 
 use common::*;
 

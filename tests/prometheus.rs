@@ -17,7 +17,7 @@
 //! `redis-server`, Redis 7.0): `make test` runs every suite on three
 //! servers at once, and one exporter run shows the script and the rules.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};

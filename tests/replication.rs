@@ -2,7 +2,7 @@
 //! state, the replica refuses writes, and a promoted replica keeps issuing
 //! larger fencing tokens.
 
-mod common;
+use crate::common;
 
 use common::*;
 

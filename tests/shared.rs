@@ -11,8 +11,8 @@
 //! ([`spawn_command`]) and the tests wait for events (INFO `waiting`,
 //! replies), sleeping only where the absence of an event is the point.
 
-mod common;
-mod sharedkit;
+use crate::common;
+use crate::sharedkit;
 
 use common::*;
 use sharedkit::*;

@@ -7,8 +7,8 @@
 //! Queued reservations carry a mode and a limit that DLOCK.INFO does not
 //! show: the digest, which covers the whole value, shows that they survive.
 
-mod common;
-mod sharedkit;
+use crate::common;
+use crate::sharedkit;
 
 use common::*;
 use sharedkit::*;

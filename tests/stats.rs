@@ -5,7 +5,7 @@
 //! FLUSHALL, expiry, SWAPDB, COPY and on a replica. Runs on every server
 //! of `make test` (Redis 7.0, Redis 8, Valkey).
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::BTreeMap;

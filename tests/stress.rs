@@ -29,11 +29,11 @@
 //! `DLOCK_STRESS_SECS` (default 10), `DLOCK_STRESS_CLIENTS` (default 32),
 //! `DLOCK_STRESS_KEYS` (default 3) and `DLOCK_STRESS_SEED` tune the run:
 //! `DLOCK_STRESS_SECS=300 DLOCK_STRESS_CLIENTS=64 cargo test --release
-//! --test stress -- --nocapture` is the long run. `DLOCK_STRESS_AOF=1` gives
+//! --workspace --test integration stress:: -- --nocapture` is the long run. `DLOCK_STRESS_AOF=1` gives
 //! the server an AOF, a record of every change it made, kept with the server
 //! log when the run fails.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! `since`, `INFO dlock` and the README; per-command owner docs; a quiet
 //! start (no warning-level line from the module).
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -9,7 +9,7 @@
 //! rather than sleeping, and only sleep where the absence of an event or a
 //! passing of time is the point.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! replicated; and a restarted, promoted or demoted server still does the
 //! right thing with the waiters it has.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! UNBLOCK; never blocks inside MULTI or scripts; works on replicas and in a
 //! grace window; WRONGTYPE on other types; and every error changes nothing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

@@ -9,8 +9,8 @@
 //! (encoding version 3; files of versions 1 and 2 still load), replication
 //! and AOF rewrite. Every error changes nothing.
 
-mod common;
-mod sharedkit;
+use crate::common;
+use crate::sharedkit;
 
 use common::*;
 use sharedkit::*;

@@ -10,7 +10,7 @@
 //!   ones use what the first defined): their `use` lines are gathered at
 //!   the top of one `async fn` per document, their statements follow one
 //!   another in it, and it returns `Ok(())`.
-//! * `"redis://127.0.0.1:6379/"` becomes `crate::snippet_url()` (the test
+//! * `"redis://127.0.0.1:6379/"` becomes `crate::snippets::snippet_url()` (the test
 //!   server's address); the helpers a block calls (`pay_order`, ...) are the
 //!   test file's stubs.
 
@@ -54,7 +54,7 @@ fn document(out: &mut String, name: &str, found: &[(usize, String)], offset: usi
     let mut body = String::new();
     let mut programs = Vec::new();
     for (index, (line, code)) in found.iter().enumerate() {
-        let code = code.replace(URL, "crate::snippet_url()");
+        let code = code.replace(URL, "crate::snippets::snippet_url()");
         let place = format!("{name} block {index} (line {})", offset + line);
         if code.contains("fn main") {
             // Called from the test: made public in its module.
@@ -65,7 +65,7 @@ fn document(out: &mut String, name: &str, found: &[(usize, String)], offset: usi
             };
             let module = format!("{name}_{index}");
             out.push_str(&format!(
-                "/// {place}\n#[allow(warnings, clippy::all)]\npub mod {module} {{\n    #[allow(unused_imports)]\n    use crate::*;\n{code}\n}}\n\n"
+                "/// {place}\n#[allow(warnings, clippy::all)]\npub mod {module} {{\n    #[allow(unused_imports)]\n    use crate::snippets::*;\n{code}\n}}\n\n"
             ));
             programs.push(module);
             continue;

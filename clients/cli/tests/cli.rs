@@ -3,9 +3,8 @@
 //! `list`, `top`, `latch`, passwords and completions. Each test starts its
 //! own server on a free port and spawns the built binary.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::io::Read;
 use std::process::{Command, Stdio};

@@ -23,9 +23,8 @@
 //!   blanks collapsed, `<name>` matching any text), `background` (the
 //!   block runs until it prints a line, then gets SIGTERM and must exit 0).
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -5,9 +5,8 @@
 //! a connection breaks before its reply (R5.1), through a proxy the master
 //! announces as its address.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -6,8 +6,7 @@
 //! expectation, fails the scenario, and a scenario is skipped only when its
 //! `skip` list names `rust`.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -3,9 +3,8 @@
 //! a real server. The tests that need `DLOCK.WATCH` or `WEIGHT` skip, saying
 //! why, on a server without them.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,9 +2,8 @@
 //! detection, release on drop, cancellation, blocking waits beside renewals,
 //! fencing under contention and replication safety.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

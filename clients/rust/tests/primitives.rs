@@ -2,9 +2,8 @@
 //! lock, semaphore, latch and multi-lock. A test whose command (or option)
 //! is not on the server yet is skipped with a printed reason.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

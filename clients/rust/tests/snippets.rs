@@ -9,8 +9,7 @@
 //! block waits for the other workers: a thread plays them, counting the
 //! latch down once the block waits on it.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 use std::time::Duration;

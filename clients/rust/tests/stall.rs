@@ -6,9 +6,8 @@
 //! Each test then checks what is left on the server once the pause is
 //! over (`CLIENT UNPAUSE` cannot end a pause of `ALL`: it is postponed too).
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

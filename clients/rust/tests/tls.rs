@@ -5,8 +5,7 @@
 //! and an election; a key outside the user's pattern is refused with
 //! `NOPERM`. A server built without TLS (Valkey from PyPI) skips, saying so.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::error::Error as StdError;
 use std::path::Path;
