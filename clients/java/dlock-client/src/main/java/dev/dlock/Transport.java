@@ -3,6 +3,9 @@ package dev.dlock;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * How the client reaches Redis: a multiplexed call for commands that answer at once, and
@@ -18,6 +21,38 @@ import java.util.concurrent.CompletableFuture;
  * {@code DLOCK.COUNTDOWN} are not idempotent.
  */
 public interface Transport extends AutoCloseable {
+
+    /**
+     * Waits for {@code future} until {@code deadlineNanos} ({@link System#nanoTime()}), no longer:
+     * how a transport bounds a step whose own timeouts it does not control (a connect, a
+     * handshake, a topology refresh). An interrupt does not end the wait, which already has its
+     * bound; the thread's interrupt flag is set again on return, so that the wait that follows
+     * sees it at once.
+     *
+     * @param future what is awaited
+     * @param deadlineNanos the deadline, on the {@code System.nanoTime()} clock
+     * @param <T> the future's value
+     * @return the future's value
+     * @throws TimeoutException when the deadline passes first (the future is left as it is)
+     * @throws ExecutionException when the future failed
+     */
+    static <T> T awaitBy(CompletableFuture<T> future, long deadlineNanos)
+            throws TimeoutException, ExecutionException {
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    return future.get(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
 
     /**
      * Sends one command on the shared, multiplexed connection.

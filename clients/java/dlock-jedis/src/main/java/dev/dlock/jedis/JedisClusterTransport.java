@@ -142,28 +142,16 @@ public final class JedisClusterTransport implements Transport {
         } catch (RuntimeException e) {
             throw JedisTransport.translate(e);
         }
-        boolean interrupted = false;
         try {
-            while (true) {
-                try {
-                    return opening.get(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
-                } catch (InterruptedException e) {
-                    // The wait that follows sees the interrupt at once.
-                    interrupted = true;
-                } catch (TimeoutException e) {
-                    if (!opening.cancel(false)) {
-                        // Opened as the deadline passed: not used, given back.
-                        opening.thenAccept(Dedicated::recycle);
-                    }
-                    throw new DLockTimeoutException("no connection in time: the node does not answer");
-                } catch (ExecutionException e) {
-                    throw JedisTransport.translate(e.getCause());
-                }
+            return Transport.awaitBy(opening, deadlineNanos);
+        } catch (TimeoutException e) {
+            if (!opening.cancel(false)) {
+                // Opened as the deadline passed: not used, given back.
+                opening.thenAccept(Dedicated::recycle);
             }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
+            throw new DLockTimeoutException("no connection in time: the node does not answer");
+        } catch (ExecutionException e) {
+            throw JedisTransport.translate(e.getCause());
         }
     }
 

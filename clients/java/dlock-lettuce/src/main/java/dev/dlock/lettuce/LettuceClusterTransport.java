@@ -218,21 +218,10 @@ public final class LettuceClusterTransport implements Transport {
      * (the flag is set again after it). Failures are translated.
      */
     private static <T> T awaitBy(CompletableFuture<T> future, long deadlineNanos) throws TimeoutException {
-        boolean interrupted = false;
         try {
-            while (true) {
-                try {
-                    return future.get(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
-                } catch (InterruptedException e) {
-                    interrupted = true;
-                } catch (ExecutionException e) {
-                    throw LettuceTransport.translate(e.getCause());
-                }
-            }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
+            return Transport.awaitBy(future, deadlineNanos);
+        } catch (ExecutionException e) {
+            throw LettuceTransport.translate(e.getCause());
         }
     }
 

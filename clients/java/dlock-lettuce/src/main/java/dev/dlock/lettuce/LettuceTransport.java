@@ -362,25 +362,12 @@ public final class LettuceTransport implements Transport {
             return;
         }
         CompletableFuture<StatefulRedisConnection<byte[], byte[]>> connecting = sharedAsync();
-        boolean interrupted = false;
         try {
-            while (true) {
-                try {
-                    connecting.get(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
-                    return;
-                } catch (InterruptedException e) {
-                    interrupted = true;
-                } catch (TimeoutException e) {
-                    // The command waits for the connect; its caller bounds that wait.
-                    return;
-                } catch (ExecutionException e) {
-                    throw translate(e.getCause());
-                }
-            }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
+            Transport.awaitBy(connecting, deadlineNanos);
+        } catch (TimeoutException e) {
+            // The command waits for the connect; its caller bounds that wait.
+        } catch (ExecutionException e) {
+            throw translate(e.getCause());
         }
     }
 
@@ -477,25 +464,13 @@ public final class LettuceTransport implements Transport {
         } catch (RuntimeException e) {
             throw translate(e);
         }
-        boolean interrupted = false;
         try {
-            while (true) {
-                try {
-                    return opening.get(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
-                } catch (InterruptedException e) {
-                    // The wait that follows sees the interrupt at once.
-                    interrupted = true;
-                } catch (TimeoutException e) {
-                    opening.thenAccept(Dedicated::recycle);
-                    throw new DLockTimeoutException("no connection in time: the server does not answer");
-                } catch (ExecutionException e) {
-                    throw translate(e.getCause());
-                }
-            }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
+            return Transport.awaitBy(opening, deadlineNanos);
+        } catch (TimeoutException e) {
+            opening.thenAccept(Dedicated::recycle);
+            throw new DLockTimeoutException("no connection in time: the server does not answer");
+        } catch (ExecutionException e) {
+            throw translate(e.getCause());
         }
     }
 
