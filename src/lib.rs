@@ -28,7 +28,7 @@ mod module {
         datatype::init(ctx);
         crate::redis::audit::init(ctx);
         upkeep::init(ctx);
-        crate::redis::awaiters::init();
+        crate::redis::awaiters::init(ctx);
         crate::redis::watchers::init();
         grace::init(ctx);
         if let Err(name) = registry::register_commands(ctx) {

@@ -1547,6 +1547,86 @@ fn latches_route_on_their_key_and_open_on_every_shard() {
     }
 }
 
+/// A latch that MIGRATE takes to another master while a client awaits it
+/// on the old one lives on there: the awaiter is answered null (as for a
+/// timeout, at once, long before its own), never 0 ("closed without
+/// opening"), and an AWAIT sent again follows the slot and sees it open.
+/// A latch whose ttl ends is still answered 0 in a cluster.
+#[test]
+fn a_latch_that_migrates_answers_its_awaiters_null_and_opens_on_the_new_master() {
+    let cluster = Cluster::start();
+    let shards = cluster.settled("the cluster", |_| true);
+    let cluster_client = cluster.cluster_client();
+    let mut client = cluster_connection(&cluster_client);
+    let (source, target) = (&shards[0], &shards[1]);
+    let key = format!("{}:gate", tag_on(&mut client, source, "latch"));
+    let slot = keyslot(&mut client, &key);
+    assert_eq!(
+        exec_int(&mut client, &["DLOCK.LATCH", &key, "2", "600000"]),
+        1
+    );
+    let mut on_source = cluster.node(source.master);
+    let awaiting = {
+        let key = key.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let reply = exec(&mut on_source, &["DLOCK.AWAIT", &key, "120000"]);
+            (reply, started.elapsed())
+        })
+    };
+    let mut from = cluster.node(source.master);
+    wait_until(&format!("an awaiter on {key}"), || {
+        matches!(
+            exec(&mut from, &["DLOCK.INFO", &key]),
+            Ok(Value::Array(fields)) if fields.get(5) == Some(&Value::Int(1))
+        )
+    });
+    reshard(&cluster, &shards, slot, &[&key], target.master);
+
+    let (reply, waited) = awaiting.join().expect("the awaiter thread panicked");
+    assert_eq!(
+        reply.expect("AWAIT on the old master"),
+        Value::Nil,
+        "an awaiter of a latch that moved was told it closed"
+    );
+    assert!(
+        waited < Duration::from_secs(60),
+        "the awaiter was answered by its own timeout ({waited:?}), not by the move"
+    );
+    let mut to = cluster.node(target.master);
+    match exec(&mut to, &["DLOCK.INFO", &key]).unwrap() {
+        Value::Array(fields) => assert_eq!(fields.get(1), Some(&Value::Int(2)), "{key}"),
+        other => panic!("{key} on the new master: {other:?}"),
+    }
+    let again = Waiter::spawn(&cluster_client, &["DLOCK.AWAIT", &key, "60000"]);
+    wait_until(&format!("an awaiter on {key} at its new master"), || {
+        matches!(
+            exec(&mut to, &["DLOCK.INFO", &key]),
+            Ok(Value::Array(fields)) if fields.get(5) == Some(&Value::Int(1))
+        )
+    });
+    assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 1);
+    assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 0);
+    let (reply, _) = again.handle.join().expect("the awaiter thread panicked");
+    assert_eq!(
+        reply.unwrap(),
+        Value::Int(1),
+        "{key} opened on its new master"
+    );
+
+    // A latch that ends by its ttl did close: 0, in a cluster too.
+    let brief = format!("{}:brief", tag_on(&mut client, target, "latch"));
+    assert_eq!(
+        exec_int(&mut client, &["DLOCK.LATCH", &brief, "1", "3000"]),
+        1
+    );
+    assert_eq!(
+        exec(&mut client, &["DLOCK.AWAIT", &brief, "0"]).unwrap(),
+        Value::Int(0),
+        "a latch whose ttl ended is answered closed"
+    );
+}
+
 /// DLOCK.MACQUIRE in a cluster: hash-tagged keys share a slot and are
 /// taken together (one grant per key, all on the slot's master); keys in
 /// different slots are refused by Redis with CROSSSLOT, and nothing is taken.

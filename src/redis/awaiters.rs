@@ -17,11 +17,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::LocalKey;
 
 use super::blocked::{self, BlockedKind, Registry};
 use super::ffi::{Ctx, KeyName};
-use super::latches::{open_latch, LatchKey};
+use super::latches::{open_latch, LatchEnd, LatchKey};
 use super::scheduler;
 use super::stats::{self, Event};
 use super::timeouts::Blocked;
@@ -37,6 +38,9 @@ pub enum Answer {
     Gone,
     /// The AWAIT timeout passed: null.
     TimedOut,
+    /// In Redis Cluster, the latch was removed before its deadline and may
+    /// live on at another node: null, so that the client may wait again.
+    Removed,
 }
 
 /// Where a blocked awaiter waits.
@@ -86,7 +90,7 @@ impl BlockedKind for Awaiters {
         match answer {
             Answer::Opened => ctx.reply_integer(1),
             Answer::Gone => ctx.reply_integer(0),
-            Answer::TimedOut => ctx.reply_null(),
+            Answer::TimedOut | Answer::Removed => ctx.reply_null(),
         }
     }
 }
@@ -139,16 +143,30 @@ pub fn block(
     Ok(())
 }
 
+/// Whether this server runs in Redis Cluster mode (`cluster-enabled` cannot
+/// change while it runs). Read where Redis frees a value, with no context.
+static IN_CLUSTER: AtomicBool = AtomicBool::new(false);
+
 /// Has the latch data type answer its awaiters through this registry;
 /// called once from the module's init.
-pub fn init() {
+pub fn init(ctx: &redis_module::Context) {
+    IN_CLUSTER.store(Ctx::from_raw(ctx.ctx).in_cluster(), Ordering::Relaxed);
     super::latches::set_awaiter_answer(answer_latch_gone);
 }
 
 /// A latch value is going away: its awaiters are answered 1 if it had
-/// opened, 0 otherwise.
-fn answer_latch_gone(ids: Vec<WaiterId>, opened: bool) {
-    answer(ids, if opened { Answer::Opened } else { Answer::Gone });
+/// opened, 0 if it closed. In Redis Cluster, a latch removed before its
+/// deadline may have moved to another node (MIGRATE during resharding
+/// deletes it here exactly as DEL does), where it lives on: its awaiters
+/// are answered null, as for a timeout, and may wait again, following
+/// MOVED. (Lock waiters get null there for the same reason.)
+fn answer_latch_gone(ids: Vec<WaiterId>, end: LatchEnd) {
+    let reply = match end {
+        LatchEnd::Opened => Answer::Opened,
+        LatchEnd::Removed if IN_CLUSTER.load(Ordering::Relaxed) => Answer::Removed,
+        LatchEnd::Expired | LatchEnd::Removed => Answer::Gone,
+    };
+    answer(ids, reply);
 }
 
 /// Answers these awaiters (their latch value is going away).

@@ -8,7 +8,9 @@
 //!
 //! Whenever Redis frees a latch value on the main thread, its awaiters are
 //! answered: 1 if the latch opened (its count is 0), 0 if it disappeared
-//! closed (ttl, DEL, FLUSH, eviction, a full sync).
+//! closed (ttl, DEL, FLUSH, eviction, a full sync); in Redis Cluster, a
+//! latch deleted before its deadline may have moved to another node, and
+//! its awaiters are answered null instead (see `super::awaiters`).
 
 use std::os::raw::{c_int, c_longlong, c_void};
 use std::sync::OnceLock;
@@ -53,23 +55,40 @@ pub static LATCH_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Answers the awaiters of a latch value Redis takes away, `true` when the
-/// latch had opened. Set once at load by [`super::awaiters::init`]: the
-/// registry of blocked awaiters sits above this data type, which does not
-/// import it.
-static ANSWER_AWAITERS: OnceLock<fn(Vec<WaiterId>, bool)> = OnceLock::new();
+/// How a latch value that Redis takes away ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LatchEnd {
+    /// Its count had reached 0.
+    Opened,
+    /// Closed, at or after its deadline: its ttl ended it.
+    Expired,
+    /// Closed, before its deadline: deleted, overwritten, evicted, renamed,
+    /// or (in Redis Cluster) migrated to another node.
+    Removed,
+}
+
+/// Answers the awaiters of a latch value Redis takes away. Set once at load
+/// by [`super::awaiters::init`]: the registry of blocked awaiters sits above
+/// this data type, which does not import it.
+static ANSWER_AWAITERS: OnceLock<fn(Vec<WaiterId>, LatchEnd)> = OnceLock::new();
 
 /// Sets what answers the awaiters of a latch value going away; called once
 /// from the module's init.
-pub fn set_awaiter_answer(answer: fn(Vec<WaiterId>, bool)) {
+pub fn set_awaiter_answer(answer: fn(Vec<WaiterId>, LatchEnd)) {
     let _ = ANSWER_AWAITERS.set(answer);
 }
 
 /// Answers the awaiters of `latch`, which Redis is taking away.
 fn answer_awaiters(latch: &mut Latch) {
     if let Some(answer) = ANSWER_AWAITERS.get() {
-        let opened = latch.is_open();
-        answer(latch.take_awaiters(), opened);
+        let end = if latch.is_open() {
+            LatchEnd::Opened
+        } else if crate::clock::now_ms() >= latch.deadline_ms() {
+            LatchEnd::Expired
+        } else {
+            LatchEnd::Removed
+        };
+        answer(latch.take_awaiters(), end);
     }
 }
 

@@ -3,8 +3,9 @@
 //! `list`, `top`, `latch`, passwords and completions. Each test starts its
 //! own server on a free port and spawns the built binary.
 
-use crate::common;
-use crate::support;
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+mod support;
 
 use std::io::Read;
 use std::process::{Command, Stdio};

@@ -23,8 +23,9 @@
 //!   blanks collapsed, `<name>` matching any text), `background` (the
 //!   block runs until it prints a line, then gets SIGTERM and must exit 0).
 
-use crate::common;
-use crate::support;
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -151,11 +151,11 @@ pub(crate) async fn run(
 /// the slot's master for this connection's `CLIENT ID` there and stores it
 /// in `id`, the id that cancellation unblocks.
 ///
-/// A blocking acquire (`BLOCK` in `DLOCK.ACQUIRE`, `FAIR`, `MACQUIRE`) is
-/// also sent again after a reply that proves nothing was granted while its
-/// wait is not over: null before the wait ended (its lock moved away with
-/// its slot, `MIGRATE` during resharding, or a failover on Valkey:
-/// docs/commands.md), or `UNBLOCKED` (Redis, to the waiters of a master a
+/// A blocking acquire (`BLOCK` in `DLOCK.ACQUIRE`, `FAIR`, `MACQUIRE`) or a
+/// latch wait (`DLOCK.AWAIT`) is also sent again after a reply that proves
+/// nothing was granted while its wait is not over: null before the wait
+/// ended (its lock or latch moved away with its slot, `MIGRATE` during
+/// resharding, or a failover on Valkey: docs/commands.md), or `UNBLOCKED` (Redis, to the waiters of a master a
 /// failover made a replica). Every send after the first carries the rest of
 /// the wait, counted from the first send, so the wait ends by its original
 /// deadline; one whose rest is over replies null (not granted). Never once
@@ -182,7 +182,7 @@ pub(crate) async fn run_blocking(
         };
         let Some(wait) = wait.as_ref().filter(|_| early_end || redirected) else {
             if redirected && attempt < ATTEMPTS && !abandoned.load(Ordering::Relaxed) {
-                // Not a blocking acquire (DLOCK.AWAIT, DLOCK.WATCH): sent
+                // Not a wait with a rest to count (DLOCK.WATCH): sent
                 // again as it was.
                 pause(attempt).await;
                 client_id_on_slot(conn, key, id).await?;
@@ -248,7 +248,8 @@ const LEAST_REST_MS: u64 = 10;
 impl BlockingAcquire {
     /// `cmd` when it is a blocking acquire: `DLOCK.ACQUIRE` or `DLOCK.FAIR`
     /// (`key owner ttl` then options), `DLOCK.MACQUIRE` (`n`, n keys,
-    /// `owner ttl`, options) with `BLOCK ms` among its options.
+    /// `owner ttl`, options) with `BLOCK ms` among its options; or a latch
+    /// wait, `DLOCK.AWAIT key ms` (read-only, so as safe to send again).
     fn of(cmd: &Cmd) -> Option<BlockingAcquire> {
         let args = cmd
             .args_iter()
@@ -259,18 +260,26 @@ impl BlockingAcquire {
             .collect::<Option<Vec<Vec<u8>>>>()?;
         let name = args.first()?.to_ascii_uppercase();
         let options = match name.as_slice() {
-            b"DLOCK.ACQUIRE" | b"DLOCK.FAIR" => 4,
-            b"DLOCK.MACQUIRE" => {
+            b"DLOCK.ACQUIRE" | b"DLOCK.FAIR" => Some(4),
+            b"DLOCK.MACQUIRE" => Some(
                 4 + std::str::from_utf8(args.get(1)?)
                     .ok()?
                     .parse::<usize>()
-                    .ok()?
-            }
+                    .ok()?,
+            ),
+            // `key timeout`: a latch that moved away with its slot answers
+            // its awaiters null before their timeout (docs/commands.md).
+            b"DLOCK.AWAIT" => None,
             _ => return None,
         };
-        let block_at = (options..args.len().saturating_sub(1))
-            .find(|&at| args[at].eq_ignore_ascii_case(b"BLOCK"))?
-            + 1;
+        let block_at = match options {
+            Some(options) => {
+                (options..args.len().saturating_sub(1))
+                    .find(|&at| args[at].eq_ignore_ascii_case(b"BLOCK"))?
+                    + 1
+            }
+            None => 2,
+        };
         let block_ms = std::str::from_utf8(&args[block_at]).ok()?.parse().ok()?;
         Some(BlockingAcquire {
             args,

@@ -384,6 +384,49 @@ async fn a_lost_reply_is_never_followed_by_a_second_send() {
     assert_eq!(holds(&mut direct, key), 0);
 }
 
+/// A latch wait whose latch moves to another master while it waits (the old
+/// master answers its awaiters null, not "closed": docs/commands.md): the
+/// client sends the wait again to the key's new master with the rest of its
+/// wait, and it ends `Opened` when the latch opens there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_wait_follows_its_latch_to_the_new_master() {
+    let cluster = Cluster::start();
+    let dlock = dlock_client::Client::cluster(cluster.urls()).await.unwrap();
+    let gate = "{migrating-latch}:gate";
+    let mut moving = SlotMove::of(&cluster, gate);
+    assert_eq!(
+        common::int(&mut moving.source, &["DLOCK.LATCH", gate, "2", "60000"]),
+        1
+    );
+    let wait = tokio::spawn({
+        let dlock = dlock.clone();
+        async move { dlock.latch(gate).wait(Duration::from_secs(30)).await }
+    });
+    eventually(
+        "the wait queued on the old master",
+        common::PATIENCE,
+        || common::waiting(&mut moving.source, gate) == 1,
+    )
+    .await;
+
+    moving.begin();
+    moving.migrate(&cluster, &[gate]);
+    eventually(
+        "the wait sent again to the new master",
+        common::PATIENCE,
+        || {
+            assert!(!wait.is_finished(), "the wait ended when its latch moved");
+            common::waiting(&mut moving.target, gate) == 1
+        },
+    )
+    .await;
+    for _ in 0..2 {
+        common::int(&mut moving.target, &["DLOCK.COUNTDOWN", gate]);
+    }
+    let outcome = wait.await.unwrap().expect("the latch wait");
+    assert_eq!(outcome, dlock_client::LatchWait::Opened);
+}
+
 /// A blocking wait whose lock moves to another master while it waits
 /// (`MIGRATE` takes the key, the old master answers its waiters null): the
 /// client sends the wait again to the key's new master with the rest of
