@@ -419,9 +419,21 @@ mod tests {
         let mut immediate = redis::cmd("DLOCK.ACQUIRE");
         immediate.arg("BLOCK").arg("BLOCK").arg(30000);
         assert!(BlockingAcquire::of(&immediate).is_none());
+        // A latch wait is sent again the same way (its latch may have moved).
         let mut await_latch = redis::cmd("DLOCK.AWAIT");
         await_latch.arg("k").arg(3000);
-        assert!(BlockingAcquire::of(&await_latch).is_none());
+        let rest = BlockingAcquire::of(&await_latch)
+            .unwrap()
+            .rest(spent)
+            .unwrap();
+        assert_eq!(words(&rest), ["DLOCK.AWAIT", "k", "1800"]);
+        let mut await_forever = redis::cmd("DLOCK.AWAIT");
+        await_forever.arg("k").arg(0);
+        let rest = BlockingAcquire::of(&await_forever)
+            .unwrap()
+            .rest(spent)
+            .unwrap();
+        assert_eq!(words(&rest), ["DLOCK.AWAIT", "k", "0"]);
     }
 
     /// A connection error ends a lock command at once; an idempotent one is
