@@ -150,6 +150,17 @@ fn wait_for_waiters(conn: &mut impl ConnectionLike, key: &str, n: i64) {
     });
 }
 
+/// Polls until the latch `key` has `n` clients blocked in DLOCK.AWAIT
+/// (`waiting`, field 5 of its DLOCK.INFO).
+fn wait_for_awaiters(conn: &mut impl ConnectionLike, key: &str, n: i64) {
+    wait_until(&format!("{key} to have {n} awaiting"), || {
+        matches!(
+            exec(conn, &["DLOCK.INFO", key]),
+            Ok(Value::Array(fields)) if fields.get(5) == Some(&Value::Int(n))
+        )
+    });
+}
+
 /// `CLUSTER KEYSLOT key`.
 fn keyslot(conn: &mut impl ConnectionLike, key: &str) -> u16 {
     let slot = exec_int(conn, &["CLUSTER", "KEYSLOT", key]);
@@ -1526,12 +1537,7 @@ fn latches_route_on_their_key_and_open_on_every_shard() {
         let (slot, _) = moved(&mut cluster.node(other.master), &["DLOCK.COUNTDOWN", &key]);
         assert_eq!(slot, keyslot(&mut client, &key));
         let awaiter = Waiter::spawn(&cluster_client, &["DLOCK.AWAIT", &key, "0"]);
-        wait_until(&format!("an awaiter on {key}"), || {
-            matches!(
-                exec(&mut master, &["DLOCK.INFO", &key]),
-                Ok(Value::Array(fields)) if fields.get(5) == Some(&Value::Int(1))
-            )
-        });
+        wait_for_awaiters(&mut master, &key, 1);
         assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 1);
         assert_eq!(wait_replicas(&mut master, 1, 10_000), 1);
         let mut replica = cluster.node(shard.replica());
@@ -1575,12 +1581,7 @@ fn a_latch_that_migrates_answers_its_awaiters_null_and_opens_on_the_new_master()
         })
     };
     let mut from = cluster.node(source.master);
-    wait_until(&format!("an awaiter on {key}"), || {
-        matches!(
-            exec(&mut from, &["DLOCK.INFO", &key]),
-            Ok(Value::Array(fields)) if fields.get(5) == Some(&Value::Int(1))
-        )
-    });
+    wait_for_awaiters(&mut from, &key, 1);
     reshard(&cluster, &shards, slot, &[&key], target.master);
 
     let (reply, waited) = awaiting.join().expect("the awaiter thread panicked");
@@ -1599,12 +1600,7 @@ fn a_latch_that_migrates_answers_its_awaiters_null_and_opens_on_the_new_master()
         other => panic!("{key} on the new master: {other:?}"),
     }
     let again = Waiter::spawn(&cluster_client, &["DLOCK.AWAIT", &key, "60000"]);
-    wait_until(&format!("an awaiter on {key} at its new master"), || {
-        matches!(
-            exec(&mut to, &["DLOCK.INFO", &key]),
-            Ok(Value::Array(fields)) if fields.get(5) == Some(&Value::Int(1))
-        )
-    });
+    wait_for_awaiters(&mut to, &key, 1);
     assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 1);
     assert_eq!(exec_int(&mut client, &["DLOCK.COUNTDOWN", &key]), 0);
     let (reply, _) = again.handle.join().expect("the awaiter thread panicked");

@@ -338,23 +338,12 @@ public final class DLockClient implements AutoCloseable {
      * at the latest: then a {@link DLockTimeoutException}.
      */
     Object await(CompletableFuture<Object> reply, long end) {
-        boolean interrupted = false;
         try {
-            while (true) {
-                try {
-                    return reply.get(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS);
-                } catch (InterruptedException e) {
-                    interrupted = true;
-                } catch (ExecutionException e) {
-                    throw unwrap(e.getCause());
-                } catch (TimeoutException e) {
-                    throw new DLockTimeoutException("no reply in time (the server is stalled or unreachable)");
-                }
-            }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
+            return Transport.awaitBy(reply, end);
+        } catch (ExecutionException e) {
+            throw unwrap(e.getCause());
+        } catch (TimeoutException e) {
+            throw new DLockTimeoutException("no reply in time (the server is stalled or unreachable)");
         }
     }
 
